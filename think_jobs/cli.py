@@ -1,0 +1,83 @@
+"""``think-jobs``: the command line (click). Heavy imports happen inside commands."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from think_jobs.runtime import ThinkJobs
+
+APP_HELP = "The ThinkJobs object as module:attribute (default: $THINK_JOBS_APP)."
+
+
+def load_app(spec: str | None) -> ThinkJobs:
+    """Import ``module:attribute`` and return the ThinkJobs object it names."""
+    from think_jobs.runtime import ThinkJobs
+
+    spec = spec or os.environ.get("THINK_JOBS_APP")
+    if not spec:
+        return ThinkJobs()
+    module_name, _, attribute = spec.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise click.UsageError(f"cannot import {module_name!r} from --app {spec!r}: {error}")
+    found: Any = getattr(module, attribute or "jobs", None)
+    if not isinstance(found, ThinkJobs):
+        raise click.UsageError(f"--app {spec!r} does not name a ThinkJobs object")
+    return found
+
+
+app_option = click.option("--app", "-A", "app_spec", default=None, help=APP_HELP)
+
+
+@click.group()
+def main() -> None:
+    """think-jobs: durable LLM agent turns on Celery workers."""
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@app_option
+@click.option("--concurrency", "-c", type=int, default=None, help="Worker slots.")
+@click.option("--pool", "-P", default="threads", show_default=True, help="Celery pool.")
+@click.option("--loglevel", "-l", default="INFO", show_default=True)
+@click.pass_context
+def worker(
+    ctx: click.Context, app_spec: str | None, concurrency: int | None, pool: str, loglevel: str
+) -> None:
+    """Run a Celery worker for the app's agents (extra options go to ``celery worker``)."""
+    jobs = load_app(app_spec)
+    argv = ["worker", f"--pool={pool}", f"--loglevel={loglevel}", f"-Q{jobs.settings.queue}"]
+    if concurrency is not None:
+        argv.append(f"--concurrency={concurrency}")
+    jobs.celery.worker_main([*argv, *ctx.args])
+
+
+@main.group()
+def db() -> None:
+    """Database schema commands."""
+
+
+@db.command("upgrade")
+@app_option
+def db_upgrade(app_spec: str | None) -> None:
+    """Apply the think-jobs migrations to the configured database."""
+    jobs = load_app(app_spec)
+    jobs.migrate()
+    click.echo(f"database at {jobs.db.engine.url.render_as_string(hide_password=True)} is up to date")
+
+
+@main.command()
+@click.option("--database-url", default=None, help="Default: THINK_JOBS_DATABASE_URL or ./think_jobs.db")
+def demo(database_url: str | None) -> None:
+    """Run the bundled example agents end to end on the embedded defaults."""
+    from think_jobs.demo import run_demo
+
+    sys.exit(run_demo(database_url=database_url))

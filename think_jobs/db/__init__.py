@@ -1,0 +1,1 @@
+"""Persistence: tables, the engine, the store of named operations, and Alembic migrations."""

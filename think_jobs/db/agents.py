@@ -1,0 +1,144 @@
+"""Named operations on ``think_agents``: identity, admission counter, lease, remembered body."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, func, or_, select, update
+
+from think_jobs.db.dialect import insert_ignoring_conflicts
+from think_jobs.db.tables import agents, turns
+
+
+def ensure_agent(conn: Connection, agent_type: str, agent_name: str, *, now: datetime) -> int:
+    """The agent's row id, creating the row on first use (safe under concurrent callers)."""
+    conn.execute(
+        insert_ignoring_conflicts(conn, agents).values(
+            agent_type=agent_type, agent_name=agent_name, admitted=0, created_at=now
+        )
+    )
+    found = find_agent_id(conn, agent_type, agent_name)
+    assert found is not None
+    return found
+
+
+def find_agent_id(conn: Connection, agent_type: str, agent_name: str) -> int | None:
+    query = select(agents.c.id).where(
+        agents.c.agent_type == agent_type, agents.c.agent_name == agent_name
+    )
+    return conn.execute(query).scalar_one_or_none()
+
+
+def agent_identity(conn: Connection, agent_id: int) -> tuple[str, str] | None:
+    row = conn.execute(
+        select(agents.c.agent_type, agents.c.agent_name).where(agents.c.id == agent_id)
+    ).one_or_none()
+    return None if row is None else (row.agent_type, row.agent_name)
+
+
+def next_admission(conn: Connection, agent_id: int) -> int:
+    """Increment and return the agent's admission counter; locks the agent row until commit.
+
+    Every admission goes through this row lock, so turn numbers are handed out in commit order
+    per agent, and concurrent admissions with the same idempotency key serialise here.
+    """
+    statement = (
+        update(agents)
+        .where(agents.c.id == agent_id)
+        .values(admitted=agents.c.admitted + 1)
+        .returning(agents.c.admitted)
+    )
+    return int(conn.execute(statement).scalar_one())
+
+
+def try_acquire_lease(
+    conn: Connection, agent_id: int, token: str, *, now: datetime, ttl: timedelta
+) -> bool:
+    """Take the agent's lease if it is free or expired."""
+    statement = (
+        update(agents)
+        .where(
+            agents.c.id == agent_id,
+            or_(agents.c.lease_token.is_(None), agents.c.lease_expires_at < now),
+        )
+        .values(lease_token=token, lease_expires_at=now + ttl)
+    )
+    return conn.execute(statement).rowcount == 1
+
+
+def renew_lease(
+    conn: Connection, agent_id: int, token: str, *, now: datetime, ttl: timedelta
+) -> bool:
+    """Extend a lease we hold; False if it was lost (expired and taken, or released)."""
+    statement = (
+        update(agents)
+        .where(agents.c.id == agent_id, agents.c.lease_token == token)
+        .values(lease_expires_at=now + ttl)
+    )
+    return conn.execute(statement).rowcount == 1
+
+
+def release_lease(conn: Connection, agent_id: int, token: str) -> bool:
+    statement = (
+        update(agents)
+        .where(agents.c.id == agent_id, agents.c.lease_token == token)
+        .values(lease_token=None, lease_expires_at=None)
+    )
+    return conn.execute(statement).rowcount == 1
+
+
+def lease_is_live(conn: Connection, agent_id: int, *, now: datetime) -> bool:
+    query = select(agents.c.lease_expires_at).where(agents.c.id == agent_id)
+    expires = conn.execute(query).scalar_one_or_none()
+    return expires is not None and expires >= now
+
+
+def set_last_body(conn: Connection, agent_id: int, body: dict[str, Any] | None) -> None:
+    conn.execute(update(agents).where(agents.c.id == agent_id).values(last_body=body))
+
+
+def get_last_body(conn: Connection, agent_id: int) -> dict[str, Any] | None:
+    query = select(agents.c.last_body).where(agents.c.id == agent_id)
+    return conn.execute(query).scalar_one_or_none()
+
+
+def agents_needing_a_drain(conn: Connection, *, now: datetime, limit: int) -> list[int]:
+    """Agents with pending turns whose lease is free or expired (the sweeper enqueues them)."""
+    pending = (
+        select(turns.c.agent_id)
+        .where(turns.c.status.in_(("pending", "running")))
+        .group_by(turns.c.agent_id)
+        .subquery()
+    )
+    query = (
+        select(agents.c.id)
+        .join(pending, pending.c.agent_id == agents.c.id)
+        .where(or_(agents.c.lease_expires_at.is_(None), agents.c.lease_expires_at < now))
+        .order_by(agents.c.id)
+        .limit(limit)
+    )
+    return list(conn.execute(query).scalars())
+
+
+def list_agents(conn: Connection) -> list[dict[str, Any]]:
+    """Every agent with its pending and running turn counts."""
+    counts = (
+        select(
+            turns.c.agent_id,
+            func.sum(func.cast(turns.c.status == "pending", agents.c.admitted.type)).label("p"),
+            func.sum(func.cast(turns.c.status == "running", agents.c.admitted.type)).label("r"),
+        )
+        .where(turns.c.status.in_(("pending", "running")))
+        .group_by(turns.c.agent_id)
+        .subquery()
+    )
+    query = (
+        select(agents.c.agent_type, agents.c.agent_name, counts.c.p, counts.c.r)
+        .outerjoin(counts, counts.c.agent_id == agents.c.id)
+        .order_by(agents.c.agent_type, agents.c.agent_name)
+    )
+    return [
+        {"agent_type": r[0], "agent_name": r[1], "pending": int(r[2] or 0), "running": int(r[3] or 0)}
+        for r in conn.execute(query)
+    ]

@@ -1,0 +1,75 @@
+"""Named operations on ``think_messages``: an agent's conversation in order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, delete, select
+
+from think_jobs.db.dialect import insert_ignoring_conflicts, upsert
+from think_jobs.db.tables import messages
+
+
+def append_messages(
+    conn: Connection,
+    agent_id: int,
+    wire_messages: Sequence[dict[str, Any]],
+    *,
+    turn_id: int | None,
+    now: datetime,
+) -> None:
+    """Append messages (AI SDK JSON); a message whose id is already stored is a no-op."""
+    rows = [
+        {
+            "agent_id": agent_id,
+            "message_id": message["id"],
+            "role": message["role"],
+            "data": message,
+            "turn_id": turn_id,
+            "created_at": now,
+        }
+        for message in wire_messages
+    ]
+    if rows:
+        conn.execute(insert_ignoring_conflicts(conn, messages), rows)
+
+
+def upsert_message(
+    conn: Connection,
+    agent_id: int,
+    wire_message: dict[str, Any],
+    *,
+    turn_id: int | None,
+    now: datetime,
+) -> None:
+    """Store a message, replacing the stored one with the same id (a continued reply)."""
+    values = {
+        "agent_id": agent_id,
+        "message_id": wire_message["id"],
+        "role": wire_message["role"],
+        "data": wire_message,
+        "turn_id": turn_id,
+        "created_at": now,
+    }
+    upsert(conn, messages, values, keys=("agent_id", "message_id"), update=("data",))
+
+
+def load_messages(conn: Connection, agent_id: int) -> list[dict[str, Any]]:
+    query = select(messages.c.data).where(messages.c.agent_id == agent_id).order_by(messages.c.id)
+    return list(conn.execute(query).scalars())
+
+
+def last_message(conn: Connection, agent_id: int) -> dict[str, Any] | None:
+    query = (
+        select(messages.c.data)
+        .where(messages.c.agent_id == agent_id)
+        .order_by(messages.c.id.desc())
+        .limit(1)
+    )
+    return conn.execute(query).scalar_one_or_none()
+
+
+def delete_conversation(conn: Connection, agent_id: int) -> int:
+    return conn.execute(delete(messages).where(messages.c.agent_id == agent_id)).rowcount

@@ -1,0 +1,121 @@
+"""The SQLAlchemy engine and the two kinds of transaction every operation runs in.
+
+SQLite gets WAL, a busy timeout and ``BEGIN IMMEDIATE`` for write transactions: a deferred
+transaction that later upgrades to a write lock can fail with "database is locked" no matter
+the timeout, while an immediate one simply waits its turn. PostgreSQL runs at READ COMMITTED;
+per-agent ordering comes from locking the agent row (see ``think_jobs.queueing``).
+Failures to reach the database surface as ``StorageUnavailableError`` with the cause chained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, exc
+from sqlalchemy.engine import make_url
+
+from think_jobs.errors import ConfigurationError, StorageUnavailableError
+
+_WRITE = "think_jobs_write"
+_NOT_MIGRATED = "the think-jobs tables do not exist yet: run `think-jobs db upgrade` (or jobs.migrate())"
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA busy_timeout = 30000")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def on_begin(conn: Connection) -> None:
+        write = conn.get_execution_options().get(_WRITE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def create_db_engine(url: str, *, pool_size: int) -> Engine:
+    """An engine for ``url``; nothing connects until the first operation."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        engine = create_engine(
+            parsed,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            pool_size=pool_size,
+            max_overflow=pool_size,
+        )
+        _configure_sqlite(engine)
+        return engine
+    return create_engine(
+        parsed,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        connect_args={"connect_timeout": 5} if parsed.get_backend_name() == "postgresql" else {},
+    )
+
+
+class Database:
+    """Owns the engine; hands out read and write transactions."""
+
+    def __init__(self, url: str, *, pool_size: int) -> None:
+        self.url = url
+        self._pool_size = pool_size
+        self._engine: Engine | None = None
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = create_db_engine(self.url, pool_size=self._pool_size)
+        return self._engine
+
+    @property
+    def dialect(self) -> str:
+        return make_url(self.url).get_backend_name()
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """A transaction that will write; committed on success, rolled back on error."""
+        with self._transaction(write=True) as conn:
+            yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A transaction that only reads."""
+        with self._transaction(write=False) as conn:
+            yield conn
+
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[Connection]:
+        try:
+            with self.engine.connect() as conn:
+                conn.execution_options(**{_WRITE: write})
+                with conn.begin():
+                    yield conn
+        except (exc.OperationalError, exc.InterfaceError) as error:
+            if "no such table" in str(error.orig):
+                raise ConfigurationError(_NOT_MIGRATED) from error
+            raise StorageUnavailableError(f"database unavailable: {error.orig}") from error
+        except exc.ProgrammingError as error:
+            if "does not exist" in str(error.orig) and "relation" in str(error.orig):
+                raise ConfigurationError(_NOT_MIGRATED) from error
+            raise
+        except exc.DBAPIError as error:
+            if error.connection_invalidated:
+                raise StorageUnavailableError(f"database unavailable: {error.orig}") from error
+            raise
+
+    def forget_inherited_connections(self) -> None:
+        """In a forked child: drop the parent's pooled connections without closing them."""
+        if self._engine is not None:
+            self._engine.dispose(close=False)
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        if self._engine is not None:
+            self._engine.dispose()

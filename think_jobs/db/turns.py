@@ -1,0 +1,251 @@
+"""Named operations on ``think_turns``: the queue of admitted turns and the submission registry."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, delete, or_, select, update
+
+from think_jobs.db.tables import turns
+
+ACTIVE = ("pending", "running")
+TERMINAL = ("completed", "error", "aborted", "skipped")
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """A snapshot of one ``think_turns`` row."""
+
+    id: int
+    agent_id: int
+    seq: int
+    request_id: str
+    kind: str
+    trigger: str
+    status: str
+    idempotency_key: str | None
+    messages: list[Any] | None
+    metadata: dict[str, Any] | None
+    body: dict[str, Any] | None
+    continuation: bool
+    error: str | None
+    attempt: int
+    recoveries: int
+    assistant_message_id: str | None
+    messages_applied: bool
+    caller_expires_at: datetime | None
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+
+    @property
+    def is_submission(self) -> bool:
+        return self.kind == "submission"
+
+
+def _record(row: Row[Any]) -> TurnRecord:
+    return TurnRecord(**row._mapping)
+
+
+_INSERT_DEFAULTS: dict[str, Any] = {
+    "continuation": False,
+    "attempt": 0,
+    "recoveries": 0,
+    "messages_applied": False,
+    "idempotency_key": None,
+    "messages": None,
+    "metadata": None,
+    "body": None,
+    "error": None,
+    "assistant_message_id": None,
+    "caller_expires_at": None,
+    "started_at": None,
+    "completed_at": None,
+}
+
+
+def insert_turn(conn: Connection, **values: Any) -> TurnRecord:
+    """Insert a turn row and return it (one round trip)."""
+    row = {**_INSERT_DEFAULTS, **values}
+    turn_id = conn.execute(turns.insert().values(**row).returning(turns.c.id)).scalar_one()
+    return TurnRecord(id=turn_id, **row)
+
+
+def get_turn_by_id(conn: Connection, turn_id: int) -> TurnRecord | None:
+    row = conn.execute(select(turns).where(turns.c.id == turn_id)).one_or_none()
+    return None if row is None else _record(row)
+
+
+def get_turn(conn: Connection, agent_id: int, request_id: str) -> TurnRecord | None:
+    query = select(turns).where(turns.c.agent_id == agent_id, turns.c.request_id == request_id)
+    row = conn.execute(query).one_or_none()
+    return None if row is None else _record(row)
+
+
+def find_by_request_or_key(
+    conn: Connection, agent_id: int, request_id: str | None, idempotency_key: str | None
+) -> list[TurnRecord]:
+    """The turns matching the request id or the idempotency key (0, 1 or 2 rows)."""
+    conditions = []
+    if request_id is not None:
+        conditions.append(turns.c.request_id == request_id)
+    if idempotency_key is not None:
+        conditions.append(turns.c.idempotency_key == idempotency_key)
+    if not conditions:
+        return []
+    query = select(turns).where(turns.c.agent_id == agent_id, or_(*conditions))
+    return [_record(row) for row in conn.execute(query)]
+
+
+def head_turn(conn: Connection, agent_id: int) -> TurnRecord | None:
+    """The agent's next turn: its lowest seq that is pending or running."""
+    query = (
+        select(turns)
+        .where(turns.c.agent_id == agent_id, turns.c.status.in_(ACTIVE))
+        .order_by(turns.c.seq)
+        .limit(1)
+    )
+    row = conn.execute(query).one_or_none()
+    return None if row is None else _record(row)
+
+
+def has_active_turn_before(conn: Connection, agent_id: int, seq: int) -> bool:
+    query = (
+        select(turns.c.id)
+        .where(turns.c.agent_id == agent_id, turns.c.status.in_(ACTIVE), turns.c.seq < seq)
+        .limit(1)
+    )
+    return conn.execute(query).first() is not None
+
+
+def replace_record(turn: TurnRecord, **changes: Any) -> TurnRecord:
+    return replace(turn, **changes)
+
+
+def start_attempt(
+    conn: Connection,
+    turn: TurnRecord,
+    *,
+    now: datetime,
+    assistant_message_id: str,
+    recovering: bool,
+) -> TurnRecord:
+    """Mark the turn running for a new attempt (the caller holds the agent's lease)."""
+    changes = {
+        "status": "running",
+        "attempt": turn.attempt + 1,
+        "recoveries": turn.recoveries + (1 if recovering else 0),
+        "started_at": turn.started_at or now,
+        "assistant_message_id": turn.assistant_message_id or assistant_message_id,
+    }
+    conn.execute(update(turns).where(turns.c.id == turn.id).values(**changes))
+    return replace(turn, **changes)
+
+
+def mark_messages_applied(conn: Connection, turn_id: int) -> None:
+    conn.execute(update(turns).where(turns.c.id == turn_id).values(messages_applied=True))
+
+
+def finish_turn(
+    conn: Connection, turn: TurnRecord, *, status: str, error: str | None, now: datetime
+) -> bool:
+    """Write the final status iff the turn is still running this attempt (never overwrites)."""
+    statement = (
+        update(turns)
+        .where(
+            turns.c.id == turn.id, turns.c.status == "running", turns.c.attempt == turn.attempt
+        )
+        .values(status=status, error=error, completed_at=now)
+    )
+    return conn.execute(statement).rowcount == 1
+
+
+def end_turn(
+    conn: Connection,
+    turn_id: int,
+    *,
+    status: str,
+    error: str | None,
+    now: datetime,
+    from_statuses: Sequence[str] = ACTIVE,
+) -> bool:
+    """Move a turn to a terminal status iff it is currently in ``from_statuses``."""
+    statement = (
+        update(turns)
+        .where(turns.c.id == turn_id, turns.c.status.in_(from_statuses))
+        .values(status=status, error=error, completed_at=now)
+    )
+    return conn.execute(statement).rowcount == 1
+
+
+def requeue_turn(conn: Connection, turn: TurnRecord) -> bool:
+    """Put a running turn whose messages were never applied back to pending."""
+    statement = (
+        update(turns)
+        .where(turns.c.id == turn.id, turns.c.status == "running", turns.c.attempt == turn.attempt)
+        .values(status="pending")
+    )
+    return conn.execute(statement).rowcount == 1
+
+
+def refresh_caller(conn: Connection, turn_id: int, *, until: datetime) -> None:
+    conn.execute(update(turns).where(turns.c.id == turn_id).values(caller_expires_at=until))
+
+
+def active_turns(conn: Connection, agent_id: int) -> list[TurnRecord]:
+    query = (
+        select(turns)
+        .where(turns.c.agent_id == agent_id, turns.c.status.in_(ACTIVE))
+        .order_by(turns.c.seq)
+    )
+    return [_record(row) for row in conn.execute(query)]
+
+
+def list_submissions(
+    conn: Connection, agent_id: int, *, statuses: Sequence[str] | None, limit: int
+) -> list[TurnRecord]:
+    query = select(turns).where(turns.c.agent_id == agent_id, turns.c.kind == "submission")
+    if statuses is not None:
+        query = query.where(turns.c.status.in_(statuses))
+    query = query.order_by(turns.c.created_at.desc(), turns.c.request_id.desc()).limit(limit)
+    return [_record(row) for row in conn.execute(query)]
+
+
+def delete_terminal_submission(conn: Connection, agent_id: int, submission_id: str) -> bool:
+    statement = delete(turns).where(
+        turns.c.agent_id == agent_id,
+        turns.c.request_id == submission_id,
+        turns.c.kind == "submission",
+        turns.c.status.in_(TERMINAL),
+    )
+    return conn.execute(statement).rowcount == 1
+
+
+def delete_terminal_submissions(
+    conn: Connection,
+    agent_id: int,
+    *,
+    statuses: Sequence[str],
+    completed_before: datetime | None,
+    limit: int,
+) -> int:
+    """Delete up to ``limit`` terminal submissions, oldest completed first."""
+    chosen = (
+        select(turns.c.id)
+        .where(
+            turns.c.agent_id == agent_id,
+            turns.c.kind == "submission",
+            turns.c.status.in_([s for s in statuses if s in TERMINAL]),
+        )
+        .order_by(turns.c.completed_at, turns.c.id)
+        .limit(limit)
+    )
+    if completed_before is not None:
+        chosen = chosen.where(turns.c.completed_at < completed_before)
+    ids = list(conn.execute(chosen).scalars())
+    if not ids:
+        return 0
+    return conn.execute(delete(turns).where(turns.c.id.in_(ids))).rowcount

@@ -1,0 +1,43 @@
+"""Every Redis key and channel think-jobs uses, in one place.
+
+An agent is addressed as ``<agent_type>:<agent_name>``; request ids are unique per agent, so
+they always come after the agent part. Keys that hold data carry a TTL (see Settings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str
+
+    def stream_buffer(self, agent: str, request_id: str) -> str:
+        """LIST of a request's stream events (JSON), index == seq; TTL ``stream_ttl_s``."""
+        return f"{self.prefix}:stream:{agent}:{request_id}"
+
+    def chunk_channel(self, agent: str) -> str:
+        """Pub/sub channel carrying every stream event of every request of one agent."""
+        return f"{self.prefix}:chunks:{agent}"
+
+    def all_chunks_pattern(self) -> str:
+        """Pattern matching every agent's chunk channel (dashboards)."""
+        return f"{self.prefix}:chunks:*"
+
+    def revoked(self, agent: str, request_id: str) -> str:
+        """STRING holding the cancel reason of a request; TTL ``revocation_ttl_s``."""
+        return f"{self.prefix}:revoked:{agent}:{request_id}"
+
+    def turn_released(self, agent: str) -> str:
+        """Pub/sub channel: an agent's lease was released (wakes callers waiting their turn)."""
+        return f"{self.prefix}:released:{agent}"
+
+
+    def swept(self, agent_id: int) -> str:
+        """STRING set while a sweeper-sent drain for the agent is queued (dedupes sweeps)."""
+        return f"{self.prefix}:swept:{agent_id}"
+
+
+def agent_address(agent_type: str, agent_name: str) -> str:
+    return f"{agent_type}:{agent_name}"

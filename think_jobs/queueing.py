@@ -1,0 +1,220 @@
+"""Admission and claims: where per-agent FIFO and mutual exclusion come from.
+
+Ordering lives in the database, not in Redis or Celery:
+
+- **Admission** increments the agent row's ``admitted`` counter (locking the row until commit)
+  and stores the turn with that number as ``seq``. Numbers are therefore handed out in commit
+  order per agent, and two admissions with the same idempotency key serialise on the row.
+- **Claim**: a process may run a turn only while it holds the agent's lease
+  (``lease_token``, ``lease_expires_at``), taken with a conditional UPDATE. The turn it runs
+  is always the agent's head: the lowest ``seq`` that is pending or running. A running head
+  found by a new lease holder was orphaned by a dead executor and goes to recovery first.
+- **Release** frees the lease and, in the same transaction, looks at the new head, so a turn
+  admitted at that instant is never stranded: the releaser enqueues a drain for it (worker
+  turns) or wakes the waiting caller (blocking turns).
+
+Celery only carries "look at agent N" messages (``think_jobs.drain``); a lost or duplicated
+message can delay a turn but never reorder or double-run one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection
+
+from think_jobs import recovery
+from think_jobs.db import agents as agent_ops
+from think_jobs.db import conversation as conversation_ops
+from think_jobs.db import turns as turn_ops
+from think_jobs.db.turns import TurnRecord
+from think_jobs.errors import SubmissionConflictError
+from think_jobs.messages import new_message_id
+
+CONFLICT_MESSAGE = "submission_id and idempotency_key refer to different submissions"
+CALLER_GONE = "The caller went away before its turn started."
+_MAX_STALE_HEADS = 100
+
+
+@dataclass(frozen=True)
+class Admission:
+    turn: TurnRecord
+    accepted: bool
+    is_head: bool
+
+
+def admit(conn: Connection, agent_id: int, **values: Any) -> Admission:
+    """Store a new turn at the tail of the agent's queue."""
+    seq = agent_ops.next_admission(conn, agent_id)
+    turn = turn_ops.insert_turn(conn, agent_id=agent_id, seq=seq, **values)
+    is_head = not turn_ops.has_active_turn_before(conn, agent_id, seq)
+    return Admission(turn, accepted=True, is_head=is_head)
+
+
+def admit_submission(
+    conn: Connection,
+    agent_id: int,
+    *,
+    submission_id: str | None,
+    idempotency_key: str | None,
+    now: datetime,
+    **values: Any,
+) -> Admission:
+    """Admit a durable submission, or return the one these ids already name (accepted=False)."""
+    agent_ops.next_admission(conn, agent_id)  # lock the agent row before looking for duplicates
+    found = turn_ops.find_by_request_or_key(conn, agent_id, submission_id, idempotency_key)
+    existing = _existing_submission(found, submission_id, idempotency_key)
+    if existing is not None:
+        return Admission(existing, accepted=False, is_head=False)
+    request_id = submission_id or str(uuid.uuid4())
+    return admit(
+        conn,
+        agent_id,
+        request_id=request_id,
+        idempotency_key=idempotency_key,
+        kind="submission",
+        status="pending",
+        created_at=now,
+        **values,
+    )
+
+
+def _existing_submission(
+    found: list[TurnRecord], submission_id: str | None, idempotency_key: str | None
+) -> TurnRecord | None:
+    by_id = next((t for t in found if t.request_id == submission_id), None)
+    by_key = next((t for t in found if t.idempotency_key == idempotency_key), None)
+    if idempotency_key is not None and by_key is not None:
+        if submission_id is not None and (by_id is None or by_id.id != by_key.id):
+            raise SubmissionConflictError(CONFLICT_MESSAGE)
+        return by_key
+    if by_id is not None:
+        if not by_id.is_submission:
+            raise SubmissionConflictError(CONFLICT_MESSAGE)
+        if idempotency_key is not None and by_id.idempotency_key not in (None, idempotency_key):
+            raise SubmissionConflictError(CONFLICT_MESSAGE)
+        return by_id
+    return None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The lease of one agent, held for one attempt of ``turn`` (now running)."""
+
+    agent_id: int
+    agent_type: str
+    agent_name: str
+    token: str
+    turn: TurnRecord
+    recovering: bool
+
+
+@dataclass(frozen=True)
+class NotClaimed:
+    """Why nothing was claimed: ``busy`` (lease held), ``idle`` (no turn), or ``caller``
+    (the head is a blocking turn that only its own caller can run)."""
+
+    reason: str
+    head: TurnRecord | None = None
+
+
+def claim_next(
+    conn: Connection,
+    agent_id: int,
+    *,
+    now: datetime,
+    lease_ttl: timedelta,
+    max_recoveries: int,
+    caller_turn_id: int | None = None,
+) -> Claim | NotClaimed:
+    """Take the agent's lease and start its head turn, all in ``conn``'s transaction.
+
+    ``caller_turn_id`` is the blocking turn of the calling process, which it may run; any
+    process may run a durable submission at the head (callers help drain what is ahead of
+    them, so a blocking call never depends on a free worker slot).
+    """
+    token = uuid.uuid4().hex
+    if not agent_ops.try_acquire_lease(conn, agent_id, token, now=now, ttl=lease_ttl):
+        return NotClaimed("busy")
+    for _ in range(_MAX_STALE_HEADS):
+        head = turn_ops.head_turn(conn, agent_id)
+        if head is None:
+            agent_ops.release_lease(conn, agent_id, token)
+            return NotClaimed("idle")
+        outcome = _claim_head(conn, head, token, now, max_recoveries, caller_turn_id)
+        if outcome is not None:
+            if isinstance(outcome, NotClaimed):
+                agent_ops.release_lease(conn, agent_id, token)
+            return outcome
+    agent_ops.release_lease(conn, agent_id, token)
+    return NotClaimed("busy")
+
+
+def _claim_head(
+    conn: Connection,
+    head: TurnRecord,
+    token: str,
+    now: datetime,
+    max_recoveries: int,
+    caller_turn_id: int | None,
+) -> Claim | NotClaimed | None:
+    """Claim ``head``, or say why not; None means "the head changed, look again"."""
+    if head.status == "running":
+        return _recover_orphan(conn, head, token, now, max_recoveries)
+    if head.kind == "blocking" and head.id != caller_turn_id:
+        if head.caller_expires_at is not None and head.caller_expires_at < now:
+            turn_ops.end_turn(conn, head.id, status="aborted", error=CALLER_GONE, now=now)
+            return None
+        return NotClaimed("caller", head)
+    return _start(conn, head, token, now, recovering=False)
+
+
+def _recover_orphan(
+    conn: Connection, head: TurnRecord, token: str, now: datetime, max_recoveries: int
+) -> Claim | None:
+    plan = recovery.plan_for_orphan(head, max_recoveries=max_recoveries)
+    if plan == "requeue":
+        turn_ops.requeue_turn(conn, head)
+        return None
+    if plan == "continue":
+        return _start(conn, head, token, now, recovering=True)
+    turn_ops.end_turn(conn, head.id, status="error", error=plan, now=now)
+    return None
+
+
+def _start(
+    conn: Connection, head: TurnRecord, token: str, now: datetime, *, recovering: bool
+) -> Claim:
+    turn = turn_ops.start_attempt(
+        conn, head, now=now, assistant_message_id=new_message_id(), recovering=recovering
+    )
+    if turn.is_submission and not turn.messages_applied:
+        conversation_ops.append_messages(
+            conn, turn.agent_id, turn.messages or [], turn_id=turn.id, now=now
+        )
+        turn_ops.mark_messages_applied(conn, turn.id)
+        turn = turn_ops.replace_record(turn, messages_applied=True)
+    identity = agent_ops.agent_identity(conn, turn.agent_id)
+    assert identity is not None
+    return Claim(turn.agent_id, identity[0], identity[1], token, turn, recovering)
+
+
+@dataclass(frozen=True)
+class Released:
+    """What the agent's queue looks like after a release."""
+
+    next_turn: TurnRecord | None
+
+    @property
+    def needs_worker(self) -> bool:
+        nxt = self.next_turn
+        return nxt is not None and (nxt.kind == "submission" or nxt.status == "running")
+
+
+def release(conn: Connection, claim: Claim) -> Released:
+    """Give the lease back and report the new head (in the same transaction)."""
+    agent_ops.release_lease(conn, claim.agent_id, claim.token)
+    return Released(turn_ops.head_turn(conn, claim.agent_id))

@@ -1,0 +1,95 @@
+"""What the public methods return: statuses, inspections, results and stream events."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from think_jobs.messages import UIMessage
+
+
+class SubmissionStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    ERROR = "error"
+    ABORTED = "aborted"
+    SKIPPED = "skipped"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset(
+    {
+        SubmissionStatus.COMPLETED,
+        SubmissionStatus.ERROR,
+        SubmissionStatus.ABORTED,
+        SubmissionStatus.SKIPPED,
+    }
+)
+ACTIVE_STATUSES = frozenset({SubmissionStatus.PENDING, SubmissionStatus.RUNNING})
+
+TurnStatus = Literal["completed", "error", "skipped", "aborted"]
+
+
+class SubmissionInspection(BaseModel):
+    """One durable submission as stored. Datetimes are aware UTC."""
+
+    model_config = ConfigDict(frozen=True)
+
+    submission_id: str
+    idempotency_key: str | None
+    request_id: str
+    status: SubmissionStatus
+    error: str | None
+    metadata: dict[str, Any] | None
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    attempt: int = 0
+
+
+class SubmitMessagesResult(SubmissionInspection):
+    """``submit_messages``'s answer: the stored submission plus whether this call created it."""
+
+    accepted: bool
+
+
+class SaveMessagesResult(BaseModel):
+    """Outcome of a blocking turn (``save_messages``, ``continue_last_turn``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    request_id: str
+    status: TurnStatus
+    error: str | None = None
+
+
+class ChatResponseResult(BaseModel):
+    """Handed to ``on_chat_response`` once per turn, on every path."""
+
+    model_config = ConfigDict(frozen=True)
+
+    message: UIMessage | None
+    request_id: str
+    continuation: bool
+    status: TurnStatus
+    error: str | None = None
+
+
+class StreamEvent(BaseModel):
+    """One event of a request's stream: a chunk (AI SDK keys) or the final ``done``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    request_id: str
+    seq: int
+    chunk: dict[str, Any] | None = None
+    done: bool = False
+    status: str | None = None
+    error: str | None = None

@@ -1,0 +1,153 @@
+"""Durable submissions: accept now, run later on a worker; inspect, list, cancel, clean up.
+
+``submit`` commits the row first and only then enqueues Celery work, so a worker can never
+look for a row that is not there, and a broker outage cannot lose an accepted submission (the
+sweeper enqueues what was never enqueued).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import exc
+
+from think_jobs import cancellation, queueing, validation
+from think_jobs.context import utcnow
+from think_jobs.db import turns as turn_ops
+from think_jobs.db.turns import TurnRecord
+from think_jobs.errors import InvalidInputError
+from think_jobs.messages import UIMessage
+from think_jobs.results import (
+    TERMINAL_STATUSES,
+    SubmissionInspection,
+    SubmissionStatus,
+    SubmitMessagesResult,
+)
+
+if TYPE_CHECKING:
+    from think_jobs.agent import Think
+
+StatusFilter = SubmissionStatus | str | Iterable[SubmissionStatus | str] | None
+
+
+def inspection_of(turn: TurnRecord) -> SubmissionInspection:
+    return SubmissionInspection(
+        submission_id=turn.request_id,
+        idempotency_key=turn.idempotency_key,
+        request_id=turn.request_id,
+        status=SubmissionStatus(turn.status),
+        error=turn.error,
+        metadata=turn.metadata,
+        created_at=turn.created_at,
+        started_at=turn.started_at,
+        completed_at=turn.completed_at,
+        attempt=turn.attempt,
+    )
+
+
+def submit(
+    agent: Think,
+    messages: Sequence[UIMessage | Mapping[str, Any]],
+    *,
+    submission_id: str | None = None,
+    idempotency_key: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    trigger: str = "submission",
+) -> SubmitMessagesResult:
+    """Store a submission (or find the one these ids name) and enqueue its agent's work."""
+    jobs = agent.jobs
+    wire = validation.submission_messages(messages, jobs.settings)
+    values = {
+        "submission_id": validation.optional_id(submission_id, "submission_id"),
+        "idempotency_key": validation.optional_id(idempotency_key, "idempotency_key"),
+        "metadata": validation.json_object(
+            metadata, "metadata", max_bytes=jobs.settings.max_metadata_bytes
+        ),
+        "messages": wire,
+        "trigger": trigger,
+    }
+    admission = _admit(agent, values)
+    if admission.accepted:
+        agent._notify_submission(admission.turn, "pending")
+    if admission.is_head or (not admission.accepted and admission.turn.status == "pending"):
+        jobs.dispatch.enqueue_drain(admission.turn.agent_id)
+    return SubmitMessagesResult(
+        **inspection_of(admission.turn).model_dump(), accepted=admission.accepted
+    )
+
+
+def _admit(agent: Think, values: dict[str, Any]) -> queueing.Admission:
+    agent_id = agent.jobs.agent_id_of(agent, create=True)
+    assert agent_id is not None
+    for attempt in range(3):
+        try:
+            with agent.jobs.db.write() as conn:
+                return queueing.admit_submission(conn, agent_id, now=utcnow(), **values)
+        except exc.IntegrityError:  # a concurrent insert won a unique constraint: look again
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def inspect(agent: Think, submission_id: str) -> SubmissionInspection | None:
+    agent_id = agent.jobs.agent_id_of(agent, create=False)
+    if agent_id is None:
+        return None
+    with agent.jobs.db.read() as conn:
+        turn = turn_ops.get_turn(conn, agent_id, submission_id)
+    return inspection_of(turn) if turn is not None and turn.is_submission else None
+
+
+def statuses_of(status: StatusFilter, *, default: Iterable[str] | None) -> list[str] | None:
+    """Normalise a status filter (one value or several) and reject unknown statuses."""
+    if status is None:
+        return None if default is None else list(default)
+    values = [status] if isinstance(status, str) else list(status)
+    try:
+        return [SubmissionStatus(value).value for value in values]
+    except ValueError as error:
+        known = ", ".join(s.value for s in SubmissionStatus)
+        raise InvalidInputError(f"unknown submission status in {values!r}; use {known}") from error
+
+
+def list_for(agent: Think, *, status: StatusFilter, limit: int) -> list[SubmissionInspection]:
+    statuses = statuses_of(status, default=None)
+    limit = validation.clamp(limit, 1, 100, "limit")
+    agent_id = agent.jobs.agent_id_of(agent, create=False)
+    if agent_id is None:
+        return []
+    with agent.jobs.db.read() as conn:
+        turns = turn_ops.list_submissions(conn, agent_id, statuses=statuses, limit=limit)
+    return [inspection_of(turn) for turn in turns]
+
+
+def cancel(agent: Think, submission_id: str, reason: str | None) -> None:
+    cancellation.cancel_turn(agent, submission_id, reason, submissions_only=True)
+
+
+def delete_one(agent: Think, submission_id: str) -> bool:
+    agent_id = agent.jobs.agent_id_of(agent, create=False)
+    if agent_id is None:
+        return False
+    with agent.jobs.db.write() as conn:
+        return turn_ops.delete_terminal_submission(conn, agent_id, submission_id)
+
+
+def delete_many(
+    agent: Think, *, status: StatusFilter, completed_before: datetime | None, limit: int
+) -> int:
+    terminal = sorted(s.value for s in TERMINAL_STATUSES)
+    statuses = statuses_of(status, default=terminal)
+    assert statuses is not None
+    limit = validation.clamp(limit, 1, 500, "limit")
+    if completed_before is not None and completed_before.tzinfo is None:
+        raise InvalidInputError("completed_before must be a timezone-aware datetime")
+    agent_id = agent.jobs.agent_id_of(agent, create=False)
+    if agent_id is None:
+        return 0
+    with agent.jobs.db.write() as conn:
+        return turn_ops.delete_terminal_submissions(
+            conn, agent_id, statuses=statuses, completed_before=completed_before, limit=limit
+        )

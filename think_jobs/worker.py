@@ -1,0 +1,121 @@
+"""What a worker does with a ``drain`` message, and the sweeper that nudges stuck agents.
+
+``drain(agent_id)`` runs at most one turn (the agent's head) and, on release, enqueues the
+next drain for the agent at the back of the Celery queue: an agent with a thousand pending
+turns takes one slot at a time and waits its round like everyone else.
+
+The sweeper runs in every worker (a thread, every ``sweep_interval_s``): it enqueues a drain
+for agents that have pending work but no live lease, which covers submissions accepted while
+the broker was down, drain messages lost with a Redis restart, and orphaned turns whose
+executor died (their lease expires, recovery takes over).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import redis
+
+from think_jobs import execution, queueing
+from think_jobs.context import utcnow
+from think_jobs.db import agents as agent_ops
+from think_jobs.errors import AgentNotRegisteredError, ThinkJobsError
+
+if TYPE_CHECKING:
+    from think_jobs.runtime import ThinkJobs
+
+log = logging.getLogger(__name__)
+
+_SWEEP_BATCH = 1000
+
+
+def drain(jobs: ThinkJobs, agent_id: int) -> str:
+    """Run the agent's next turn if it is free; returns what happened (for logs and tests)."""
+    _forget_sweep_mark(jobs, agent_id)
+    identity = jobs.identity_of(agent_id)
+    if identity is None:
+        return "unknown-agent"
+    try:
+        jobs.agent_class(identity[0])
+    except AgentNotRegisteredError:
+        log.error("agent type %s is not registered in this worker; not running it", identity[0])
+        return "unregistered"
+    settings = jobs.settings
+    with jobs.db.write() as conn:
+        claim = queueing.claim_next(
+            conn,
+            agent_id,
+            now=utcnow(),
+            lease_ttl=timedelta(seconds=settings.lease_ttl_s),
+            max_recoveries=settings.recovery_max_attempts,
+        )
+    if isinstance(claim, queueing.NotClaimed):
+        if claim.reason == "caller":
+            jobs.dispatch.wake_callers(f"{identity[0]}:{identity[1]}")
+        return claim.reason
+    execution.execute(jobs, claim)
+    return "ran"
+
+
+def sweep(jobs: ThinkJobs) -> int:
+    """Enqueue a drain for every agent with pending work and no live lease; returns how many."""
+    with jobs.db.read() as conn:
+        agent_ids = agent_ops.agents_needing_a_drain(conn, now=utcnow(), limit=_SWEEP_BATCH)
+    sent = 0
+    for agent_id in agent_ids:
+        if _mark_swept(jobs, agent_id) and jobs.dispatch.enqueue_drain(agent_id):
+            sent += 1
+    return sent
+
+
+def _sweep_mark_ttl_s(jobs: ThinkJobs) -> int:
+    return max(30, int(6 * jobs.settings.sweep_interval_s))
+
+
+def _mark_swept(jobs: ThinkJobs, agent_id: int) -> bool:
+    """Remember (in Redis, with a TTL) that the sweeper sent a drain, so it does not pile up
+    duplicates behind a long queue. True if no mark was there."""
+    key = jobs.keys.swept(agent_id)
+    try:
+        return bool(jobs.redis.set(key, "1", nx=True, ex=_sweep_mark_ttl_s(jobs)))
+    except redis.RedisError:
+        return True
+
+
+def _forget_sweep_mark(jobs: ThinkJobs, agent_id: int) -> None:
+    try:
+        jobs.redis.delete(jobs.keys.swept(agent_id))
+    except redis.RedisError:
+        pass
+
+
+class Sweeper:
+    """A daemon thread calling ``sweep`` every ``sweep_interval_s`` until stopped."""
+
+    def __init__(self, jobs: ThinkJobs) -> None:
+        self._jobs = jobs
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="think-jobs-sweeper", daemon=True)
+
+    def start(self) -> Sweeper:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                sweep(self._jobs)
+            except ThinkJobsError as error:
+                log.warning("sweep failed (will retry): %s", error)
+            except Exception:
+                log.exception("sweep failed (will retry)")
+            if self._stop.wait(self._jobs.settings.sweep_interval_s):
+                return
