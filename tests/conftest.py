@@ -50,7 +50,8 @@ def redis_url(worker_id: str) -> str:
         client.ping()
     except redis.RedisError as error:
         raise RuntimeError(
-            f"Redis is not reachable at {url}: {error}. Start it with scripts/ensure-services redis."
+            f"Redis is not reachable at {url}: {error}. "
+            "Start it with scripts/ensure-services redis."
         ) from error
     client.flushdb()
     client.close()
@@ -86,9 +87,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def database_url(
-    backend: str, request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[str]:
+def database_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A freshly migrated database of the test's backend, dropped afterwards."""
     if backend == "sqlite":
         template: Path = request.getfixturevalue("sqlite_template")
@@ -129,7 +128,9 @@ def make_jobs(settings_env: dict[str, str], redis_url: str) -> Iterator[Callable
     made: list[ThinkJobs] = []
 
     def factory(**overrides: Any) -> ThinkJobs:
-        base = {key.removeprefix("THINK_JOBS_").lower(): value for key, value in settings_env.items()}
+        base = {
+            key.removeprefix("THINK_JOBS_").lower(): value for key, value in settings_env.items()
+        }
         jobs = ThinkJobs(**{**base, **overrides})
         made.append(jobs)
         return jobs

@@ -7,13 +7,14 @@ runtime); all state lives in the database and Redis, so any process may call any
 
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
-from think_jobs import blocking, cancellation, submissions
+from think_jobs import blocking, cancellation, schedules, submissions
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db.turns import TurnRecord
 from think_jobs.execution import CallerTurn, MessagesFunction, TurnResult
@@ -25,6 +26,7 @@ from think_jobs.results import (
     StreamEvent,
     SubmissionInspection,
     SubmitMessagesResult,
+    TurnStatus,
 )
 from think_jobs.scheduled_task import ScheduledTask
 from think_jobs.signals import SignalLike
@@ -95,6 +97,13 @@ class Think:
 
     def on_submission_status(self, inspection: SubmissionInspection) -> None:
         """Called on every status transition of a submission; exceptions are logged."""
+
+    def webhook_to_messages(
+        self, payload: Any, headers: Mapping[str, str]
+    ) -> Sequence[MessageInput]:
+        """Turn a webhook delivery into the messages to submit (default: its JSON as text)."""
+        text = payload if isinstance(payload, str) else json.dumps(payload, sort_keys=True)
+        return [user_text_message(text)]
 
     # -- durable submissions -------------------------------------------------------------------
 
@@ -204,7 +213,9 @@ class Think:
         continuation: bool = False,
     ) -> TurnResult:
         function = messages if callable(messages) else None
-        static = None if function else [m.to_wire() for m in coerce_messages(messages)]  # type: ignore[arg-type]
+        static = None
+        if function is None:
+            static = [m.to_wire() for m in coerce_messages(cast(Sequence[MessageInput], messages))]
         request = blocking.BlockingRequest(
             trigger=trigger,
             payload=function,
@@ -272,6 +283,19 @@ class Think:
         """Make the agent exist (its row, and its schedules) without sending it anything."""
         self.jobs.agent_id_of(self, create=True)
 
+    # -- schedules -----------------------------------------------------------------------------
+
+    def run_scheduled_task(
+        self, task_id: str, *, scheduled_for: datetime | None = None
+    ) -> SubmitMessagesResult | None:
+        """Fire one occurrence of a scheduled task now (a "run now" button); returns the
+        submission of a prompt task, None for a handler task."""
+        return schedules.run_now(self, task_id, scheduled_for=scheduled_for)
+
+    def next_runs(self) -> dict[str, datetime]:
+        """When each scheduled task fires next (aware UTC)."""
+        return schedules.next_runs(self)
+
     # -- internal ------------------------------------------------------------------------------
 
     def _notify_submission(self, turn: TurnRecord, status: str) -> None:
@@ -293,7 +317,7 @@ def _with_status(turn: TurnRecord, status: str) -> TurnRecord:
 def _save_result(result: TurnResult) -> SaveMessagesResult:
     return SaveMessagesResult(
         request_id=result.request_id,
-        status=result.status,  # type: ignore[arg-type]
+        status=cast(TurnStatus, result.status),
         error=result.error,
     )
 

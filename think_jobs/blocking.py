@@ -9,6 +9,7 @@ signals work because the turn runs in the process that holds them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -27,6 +28,7 @@ from think_jobs.db import turns as turn_ops
 from think_jobs.db.turns import TurnRecord
 from think_jobs.errors import NestedTurnError, ThinkJobsError
 from think_jobs.execution import CallerTurn, MessagesFunction, TurnResult
+from think_jobs.streaming import open_pubsub
 
 if TYPE_CHECKING:
     from redis.client import PubSub
@@ -154,7 +156,7 @@ class _Wakeups:
     def __init__(self, jobs: ThinkJobs, address: str) -> None:
         self._pubsub: PubSub | None = None
         try:
-            pubsub = jobs.redis.pubsub(ignore_subscribe_messages=True)
+            pubsub = open_pubsub(jobs.redis)
             pubsub.subscribe(jobs.keys.turn_released(address))
             self._pubsub = pubsub
         except redis.RedisError as error:
@@ -172,10 +174,8 @@ class _Wakeups:
 
     def close(self) -> None:
         if self._pubsub is not None:
-            try:
+            with contextlib.suppress(redis.RedisError):
                 self._pubsub.close()
-            except redis.RedisError:
-                pass
 
 
 def delete_history(agent: Think) -> None:

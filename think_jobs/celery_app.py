@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Celery, signals
 
-from think_jobs import worker
+from think_jobs import schedules, worker
 from think_jobs.dispatch import DRAIN_TASK, SWEEP_TASK
 
 if TYPE_CHECKING:
@@ -47,8 +47,9 @@ def create_celery_app(jobs: ThinkJobs) -> Celery:
         task_send_sent_event=True,
     )
     _register_tasks(app, jobs)
+    schedules.register_tasks(app, jobs)
     _connect_lifecycle(app, jobs)
-    app.think_jobs = jobs  # type: ignore[attr-defined]
+    app.think_jobs = jobs
     return app
 
 

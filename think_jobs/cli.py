@@ -28,7 +28,9 @@ def load_app(spec: str | None) -> ThinkJobs:
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise click.UsageError(f"cannot import {module_name!r} from --app {spec!r}: {error}")
+        raise click.UsageError(
+            f"cannot import {module_name!r} from --app {spec!r}: {error}"
+        ) from error
     found: Any = getattr(module, attribute or "jobs", None)
     if not isinstance(found, ThinkJobs):
         raise click.UsageError(f"--app {spec!r} does not name a ThinkJobs object")
@@ -71,13 +73,30 @@ def db_upgrade(app_spec: str | None) -> None:
     """Apply the think-jobs migrations to the configured database."""
     jobs = load_app(app_spec)
     jobs.migrate()
-    click.echo(f"database at {jobs.db.engine.url.render_as_string(hide_password=True)} is up to date")
+    click.echo(
+        f"database at {jobs.db.engine.url.render_as_string(hide_password=True)} is up to date"
+    )
 
 
 @main.command()
-@click.option("--database-url", default=None, help="Default: THINK_JOBS_DATABASE_URL or ./think_jobs.db")
+@click.option(
+    "--database-url", default=None, help="Default: THINK_JOBS_DATABASE_URL or ./think_jobs.db"
+)
 def demo(database_url: str | None) -> None:
     """Run the bundled example agents end to end on the embedded defaults."""
     from think_jobs.demo import run_demo
 
     sys.exit(run_demo(database_url=database_url))
+
+
+def _add_commands() -> None:
+    from think_jobs.cli_schedules import beat, schedules
+
+    main.add_command(beat)
+    main.add_command(schedules)
+
+
+_add_commands()
+
+if __name__ == "__main__":
+    main()

@@ -41,7 +41,9 @@ class Dispatcher:
                 },
             )
         except Exception as error:  # kombu raises several unrelated types when the broker is down
-            log.warning("could not enqueue work for agent %s (the sweeper will): %s", agent_id, error)
+            log.warning(
+                "could not enqueue work for agent %s (the sweeper will): %s", agent_id, error
+            )
             return False
         return True
 

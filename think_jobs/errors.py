@@ -54,7 +54,7 @@ class SubmissionConflictError(ThinkJobsError):
 
 
 class NestedTurnError(ThinkJobsError, RuntimeError):
-    """A blocking turn (save_messages, chat, continue_last_turn) asked for inside the agent's turn."""
+    """A blocking turn (save_messages, chat, continue_last_turn) requested inside its turn."""
 
 
 class StorageUnavailableError(ThinkJobsError):

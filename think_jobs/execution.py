@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from think_jobs import queueing
 from think_jobs.assembly import MessageAssembler
@@ -27,7 +27,7 @@ from think_jobs.db.turns import TurnRecord
 from think_jobs.errors import ThinkJobsError
 from think_jobs.messages import UIMessage, coerce_messages
 from think_jobs.models.base import ModelRequest
-from think_jobs.results import ChatResponseResult
+from think_jobs.results import ChatResponseResult, TurnStatus
 from think_jobs.runner import RunOutcome, TurnRunner
 from think_jobs.signals import SignalLike
 from think_jobs.streaming import StreamWriter, next_seq_of
@@ -139,7 +139,9 @@ class _TurnRun:
         if self.turn.attempt <= 1:
             return 0
         try:
-            return next_seq_of(self.jobs.redis, self.jobs.keys, self.agent.address, self.turn.request_id)
+            return next_seq_of(
+                self.jobs.redis, self.jobs.keys, self.agent.address, self.turn.request_id
+            )
         except Exception:
             return 0
 
@@ -253,7 +255,10 @@ class _TurnRun:
         with self.jobs.db.write() as conn:
             if outcome.has_content:
                 conversation_ops.upsert_message(
-                    conn, self.turn.agent_id, outcome.message.to_wire(), turn_id=self.turn.id,
+                    conn,
+                    self.turn.agent_id,
+                    outcome.message.to_wire(),
+                    turn_id=self.turn.id,
                     now=utcnow(),
                 )
             if self.turn.body is not None:
@@ -265,7 +270,7 @@ class _TurnRun:
                 stored = turn_ops.get_turn_by_id(conn, self.turn.id)
                 if stored is not None and stored.status != "running":
                     status, error = stored.status, stored.error
-        return RunOutcome(status, error, outcome.message, outcome.has_content)  # type: ignore[arg-type]
+        return RunOutcome(status, error, outcome.message, outcome.has_content)
 
     def _deliver(self, outcome: RunOutcome) -> TurnResult:
         """Close the stream, then call the hooks in Think's order for this outcome."""
@@ -277,7 +282,7 @@ class _TurnRun:
             message=message,
             request_id=self.turn.request_id,
             continuation=self.turn.continuation,
-            status=outcome.status,  # type: ignore[arg-type]
+            status=cast(TurnStatus, outcome.status),
             error=outcome.error,
         )
         self._call_hooks(response)

@@ -33,7 +33,6 @@ class Keys:
         """Pub/sub channel: an agent's lease was released (wakes callers waiting their turn)."""
         return f"{self.prefix}:released:{agent}"
 
-
     def swept(self, agent_id: int) -> str:
         """STRING set while a sweeper-sent drain for the agent is queued (dedupes sweeps)."""
         return f"{self.prefix}:swept:{agent_id}"

@@ -34,12 +34,12 @@ from think_jobs.tools import Tool
 log = logging.getLogger(__name__)
 
 Emit = Callable[[Chunk], None]
-RunStatus = Literal["completed", "error", "aborted"]
+RunStatus = Literal["completed", "error", "aborted", "skipped"]
 
 
 @dataclass(frozen=True)
 class RunOutcome:
-    status: RunStatus
+    status: str
     error: str | None
     message: UIMessage
     has_content: bool

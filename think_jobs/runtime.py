@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import redis
 
+from think_jobs import schedules
 from think_jobs.agent import Think
 from think_jobs.context import utcnow
 from think_jobs.db import agents as agent_ops
@@ -154,6 +155,7 @@ class ThinkJobs:
         if create:
             with self.db.write() as conn:
                 found = agent_ops.ensure_agent(conn, *key, now=utcnow())
+            schedules.arm_agent(self, agent, found)
         else:
             with self.db.read() as conn:
                 found = agent_ops.find_agent_id(conn, *key)

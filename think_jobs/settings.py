@@ -51,7 +51,12 @@ class Settings(BaseSettings):
     api_tokens: TokenList = ()
     read_tokens: TokenList = ()
     webhook_secret: SecretStr | None = None
+    webhook_delivery_header: str = "X-Delivery-Id"
     secret_key: SecretStr | None = None
+    auth_disabled: bool = False
+    max_request_bytes: int = Field(1_048_576, ge=1024)
+
+    beat_tick_interval_s: float = Field(5.0, gt=0)
 
     @field_validator("api_tokens", "read_tokens", mode="before")
     @classmethod

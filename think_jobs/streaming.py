@@ -18,13 +18,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import redis
+from redis.client import PubSub
 
 from think_jobs.keys import Keys
 from think_jobs.results import StreamEvent
 
 log = logging.getLogger(__name__)
 
-_RETRY_AFTER_FAILURE_S = 1.0
+_RETRY_S = 1.0  # after a failed publish, skip publishing this long
+
+
+def open_pubsub(client: redis.Redis) -> PubSub:
+    """A pub/sub connection that skips subscribe confirmations."""
+    pubsub: PubSub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    return pubsub
 
 
 def encode_chunk_event(request_id: str, seq: int, chunk_json: str) -> str:
@@ -80,9 +87,10 @@ class StreamWriter:
         self._send(event, force=True)
 
     def _send(self, event: str, *, force: bool = False) -> None:
-        if not force and self._failed_at is not None:
-            if time.monotonic() - self._failed_at < _RETRY_AFTER_FAILURE_S:
-                return
+        failed_at = self._failed_at
+        recently_failed = failed_at is not None and time.monotonic() - failed_at < _RETRY_S
+        if recently_failed and not force:
+            return
         try:
             pipe = self._client.pipeline(transaction=False)
             pipe.rpush(self._buffer, event)
@@ -160,7 +168,7 @@ def follow(
     buffer is re-read, so an event published while the subscription was reconnecting is not lost.
     """
     state = _Follower(request_id, -1 if after_seq is None else after_seq, timeout_s)
-    pubsub = client.pubsub(ignore_subscribe_messages=True)
+    pubsub = open_pubsub(client)
     try:
         pubsub.subscribe(keys.chunk_channel(agent))
         yield from _catch_up(client, keys, agent, state)
@@ -174,7 +182,9 @@ def follow(
         pubsub.close()
 
 
-def _catch_up(client: redis.Redis, keys: Keys, agent: str, state: _Follower) -> Iterator[StreamEvent]:
+def _catch_up(
+    client: redis.Redis, keys: Keys, agent: str, state: _Follower
+) -> Iterator[StreamEvent]:
     for event in buffered_events(client, keys, agent, state.request_id, after_seq=state.last_seq):
         if state.accept(event):
             yield event
@@ -199,7 +209,7 @@ def follow_agent(
 ) -> Iterator[StreamEvent]:
     """Every event of every request of one agent, live (no replay), until ``timeout_s``."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    pubsub = client.pubsub(ignore_subscribe_messages=True)
+    pubsub = open_pubsub(client)
     try:
         pubsub.subscribe(keys.chunk_channel(agent))
         while deadline is None or time.monotonic() < deadline:

@@ -27,7 +27,7 @@ def _input_model(fn: Callable[..., Any]) -> type[Any]:
         annotation = hints.get(name, Any)
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[name] = (annotation, default)
-    return create_model(  # type: ignore[call-overload, no-any-return]
+    return create_model(  # type: ignore[no-any-return]
         f"{fn.__name__}_input", __config__=ConfigDict(extra="forbid"), **fields
     )
 

@@ -44,7 +44,9 @@ def optional_id(value: str | None, name: str) -> str | None:
     return value
 
 
-def json_object(value: Mapping[str, Any] | None, name: str, *, max_bytes: int) -> dict[str, Any] | None:
+def json_object(
+    value: Mapping[str, Any] | None, name: str, *, max_bytes: int
+) -> dict[str, Any] | None:
     """A JSON-serialisable dict within ``max_bytes``, or None."""
     if value is None:
         return None

@@ -110,9 +110,9 @@ class TurnWatch:
                 self._heartbeat()
 
     def _check_local_and_stall(self) -> None:
-        if self._local is not None and not isinstance(self._local, AbortSignal):
-            if self._local.is_set():
-                self.stop("signal", signal_reason(self._local))
+        local = self._local
+        if local is not None and not isinstance(local, AbortSignal) and local.is_set():
+            self.stop("signal", signal_reason(local))
         timeout = self.stall_timeout_s
         if timeout is not None and time.monotonic() - self._last_chunk > timeout:
             self.stop("stalled", f"no chunk for {timeout:g} s")
@@ -139,7 +139,9 @@ class TurnWatch:
         ttl = timedelta(seconds=self._jobs.settings.lease_ttl_s)
         try:
             with self._jobs.db.write() as conn:
-                held = agent_ops.renew_lease(conn, claim.agent_id, claim.token, now=utcnow(), ttl=ttl)
+                held = agent_ops.renew_lease(
+                    conn, claim.agent_id, claim.token, now=utcnow(), ttl=ttl
+                )
                 turn = turn_ops.get_turn_by_id(conn, claim.turn.id)
         except StorageUnavailableError as error:
             log.warning("lease heartbeat failed for %s: %s", claim_address(claim), error)

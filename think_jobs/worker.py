@@ -12,6 +12,7 @@ executor died (their lease expires, recovery takes over).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from datetime import timedelta
@@ -86,10 +87,8 @@ def _mark_swept(jobs: ThinkJobs, agent_id: int) -> bool:
 
 
 def _forget_sweep_mark(jobs: ThinkJobs, agent_id: int) -> None:
-    try:
+    with contextlib.suppress(redis.RedisError):
         jobs.redis.delete(jobs.keys.swept(agent_id))
-    except redis.RedisError:
-        pass
 
 
 class Sweeper:

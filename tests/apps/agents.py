@@ -58,13 +58,26 @@ class RecordingModel:
 
     def _record(self, what: str, label: str) -> None:
         tick = self._client.incr(f"{self._key}:clock")
-        event = {"tick": tick, "what": what, "agent": self._agent, "label": label, "pid": os.getpid()}
+        event = {
+            "tick": tick,
+            "what": what,
+            "agent": self._agent,
+            "label": label,
+            "pid": os.getpid(),
+        }
         self._client.rpush(self._key, json.dumps(event))
+
+
+def events_client(jobs: ThinkJobs) -> redis.Redis:
+    """Where test events go: $TJ_TEST_EVENTS_REDIS (a Redis that stays up while a test restarts
+    the one under test), else the jobs' own Redis."""
+    url = os.environ.get("TJ_TEST_EVENTS_REDIS")
+    return redis.Redis.from_url(url) if url else jobs.redis
 
 
 class Recorder(Think):
     def get_model(self) -> RecordingModel:
-        return RecordingModel(self.jobs.redis, events_key(self.jobs), self.name)
+        return RecordingModel(events_client(self.jobs), events_key(self.jobs), self.name)
 
 
 class Support(Think):
@@ -73,7 +86,8 @@ class Support(Think):
 
 
 def read_events(jobs: ThinkJobs) -> list[dict[str, Any]]:
-    return [json.loads(raw) for raw in jobs.redis.lrange(events_key(jobs), 0, -1)]
+    client = events_client(jobs)
+    return [json.loads(raw) for raw in client.lrange(events_key(jobs), 0, -1)]
 
 
 jobs = ThinkJobs()

@@ -96,7 +96,7 @@ def test_unknown_part_type_is_rejected(jobs: ThinkJobs) -> None:
 def test_oversize_metadata_is_rejected(make_jobs) -> None:  # type: ignore[no-untyped-def]
     jobs = make_jobs(max_metadata_bytes=64)
     agent = jobs.get_agent(Support, "a")
-    with pytest.raises(InvalidInputError, match="metadata is .* bytes as JSON; the limit is 64"):
+    with pytest.raises(InvalidInputError, match=r"metadata is .* bytes as JSON; the limit is 64"):
         agent.submit_messages([user("hi")], metadata={"blob": "x" * 100})
     with pytest.raises(InvalidInputError, match="JSON-serialisable"):
         agent.submit_messages([user("hi")], metadata={"when": datetime.now(UTC)})
@@ -237,7 +237,9 @@ def test_cancel_unknown_or_terminal_submission_is_a_no_op(jobs: ThinkJobs) -> No
 
 def test_cancel_queued_behind_a_running_turn_never_runs_it(jobs: ThinkJobs) -> None:
     agent = jobs.get_agent(Recorder, "a")
-    running = agent.submit_messages([directive("m1", label="slow", delay_s=0.05, text="a b c d e f g")])
+    running = agent.submit_messages(
+        [directive("m1", label="slow", delay_s=0.05, text="a b c d e f g")]
+    )
     queued = agent.submit_messages([directive("m2", label="queued")])
     with worker(jobs):
         wait_for_status(agent, running.submission_id, "running")
@@ -296,7 +298,9 @@ def test_model_error_chunk_ends_in_error_with_its_text(jobs: ThinkJobs) -> None:
 
 def test_list_is_newest_first_and_filters_before_the_limit(jobs: ThinkJobs) -> None:
     agent = jobs.get_agent(Support, "a")
-    ids = [agent.submit_messages([user(str(i))], submission_id=f"s{i}").submission_id for i in range(5)]
+    ids = [
+        agent.submit_messages([user(str(i))], submission_id=f"s{i}").submission_id for i in range(5)
+    ]
     agent.cancel_submission("s1")
     agent.cancel_submission("s3")
     assert [s.submission_id for s in agent.list_submissions()] == list(reversed(ids))
@@ -399,5 +403,9 @@ def test_on_submission_status_sees_every_transition_including_pending(jobs: Thin
     with worker(jobs):
         wait_for_status(agent, result.submission_id, "completed")
         wait_until(lambda: ("s1", "completed") in Watched.seen)
-    assert [status for sid, status in Watched.seen if sid == "s1"] == ["pending", "running", "completed"]
+    assert [status for sid, status in Watched.seen if sid == "s1"] == [
+        "pending",
+        "running",
+        "completed",
+    ]
     assert [status for sid, status in Watched.seen if sid == "s2"] == ["pending", "aborted"]

@@ -24,7 +24,9 @@ def directive(message_id: str | None = None, **spec: Any) -> dict[str, Any]:
     return user(json.dumps(spec), message_id)
 
 
-def wait_for_status(agent: Think, submission_id: str, *statuses: str, timeout_s: float = 20.0) -> Any:
+def wait_for_status(
+    agent: Think, submission_id: str, *statuses: str, timeout_s: float = 20.0
+) -> Any:
     """Wait until the submission reaches one of ``statuses``; returns its inspection."""
 
     def reached() -> Any:

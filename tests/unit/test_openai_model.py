@@ -10,16 +10,11 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-_ROOT = str(Path(__file__).resolve().parents[2])
-if _ROOT not in sys.path:  # ``tests.support`` lives next to the tests, not in the package
-    sys.path.insert(0, _ROOT)
-
-from tests.support.openai_server import (  # noqa: E402
+from tests.support.openai_server import (
     Completion,
     HttpError,
     OpenAIServer,
@@ -31,8 +26,8 @@ from tests.support.openai_server import (  # noqa: E402
     text,
     tool_call,
 )
-from think_jobs.assembly import MessageAssembler  # noqa: E402
-from think_jobs.messages import (  # noqa: E402
+from think_jobs.assembly import MessageAssembler
+from think_jobs.messages import (
     DynamicToolPart,
     FilePart,
     ReasoningPart,
@@ -42,12 +37,12 @@ from think_jobs.messages import (  # noqa: E402
     UIMessage,
     user_text_message,
 )
-from think_jobs.models import OpenAIChatModel  # noqa: E402
-from think_jobs.models.base import ModelRequest  # noqa: E402
-from think_jobs.models.openai_convert import to_openai_messages, to_openai_tools  # noqa: E402
-from think_jobs.runner import TurnRunner  # noqa: E402
-from think_jobs.signals import AbortController, AbortSignal  # noqa: E402
-from think_jobs.tools import Tool, tool  # noqa: E402
+from think_jobs.models import OpenAIChatModel
+from think_jobs.models.base import ModelRequest
+from think_jobs.models.openai_convert import to_openai_messages, to_openai_tools
+from think_jobs.runner import TurnRunner
+from think_jobs.signals import AbortController, AbortSignal
+from think_jobs.tools import Tool, tool
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -139,6 +139,11 @@ def list_agents(conn: Connection) -> list[dict[str, Any]]:
         .order_by(agents.c.agent_type, agents.c.agent_name)
     )
     return [
-        {"agent_type": r[0], "agent_name": r[1], "pending": int(r[2] or 0), "running": int(r[3] or 0)}
+        {
+            "agent_type": r[0],
+            "agent_name": r[1],
+            "pending": int(r[2] or 0),
+            "running": int(r[3] or 0),
+        }
         for r in conn.execute(query)
     ]

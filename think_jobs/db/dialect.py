@@ -1,4 +1,4 @@
-"""The one statement that differs between SQLite and PostgreSQL: INSERT ... ON CONFLICT DO NOTHING."""
+"""The statements that differ between SQLite and PostgreSQL: INSERT ... ON CONFLICT."""
 
 from __future__ import annotations
 
@@ -18,7 +18,12 @@ def insert_ignoring_conflicts(conn: Connection, table: Table) -> Insert:
 
 
 def upsert(
-    conn: Connection, table: Table, values: dict[str, Any], *, keys: Sequence[str], update: Sequence[str]
+    conn: Connection,
+    table: Table,
+    values: dict[str, Any],
+    *,
+    keys: Sequence[str],
+    update: Sequence[str],
 ) -> None:
     """INSERT ``values``, or UPDATE the ``update`` columns of the row with the same ``keys``."""
     module: Any = postgresql if conn.dialect.name == "postgresql" else sqlite

@@ -19,7 +19,9 @@ from sqlalchemy.engine import make_url
 from think_jobs.errors import ConfigurationError, StorageUnavailableError
 
 _WRITE = "think_jobs_write"
-_NOT_MIGRATED = "the think-jobs tables do not exist yet: run `think-jobs db upgrade` (or jobs.migrate())"
+_NOT_MIGRATED = (
+    "the think-jobs tables do not exist yet: run `think-jobs db upgrade` (or jobs.migrate())"
+)
 
 
 def _configure_sqlite(engine: Engine) -> None:

@@ -134,7 +134,7 @@ def start_attempt(
     recovering: bool,
 ) -> TurnRecord:
     """Mark the turn running for a new attempt (the caller holds the agent's lease)."""
-    changes = {
+    changes: dict[str, Any] = {
         "status": "running",
         "attempt": turn.attempt + 1,
         "recoveries": turn.recoveries + (1 if recovering else 0),
@@ -155,9 +155,7 @@ def finish_turn(
     """Write the final status iff the turn is still running this attempt (never overwrites)."""
     statement = (
         update(turns)
-        .where(
-            turns.c.id == turn.id, turns.c.status == "running", turns.c.attempt == turn.attempt
-        )
+        .where(turns.c.id == turn.id, turns.c.status == "running", turns.c.attempt == turn.attempt)
         .values(status=status, error=error, completed_at=now)
     )
     return conn.execute(statement).rowcount == 1

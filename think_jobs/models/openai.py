@@ -48,10 +48,7 @@ from think_jobs.models.openai_convert import to_openai_messages, to_openai_tools
 
 if TYPE_CHECKING:
     from openai import Stream
-    from openai.types.chat import (
-        ChatCompletionChunk,
-        ChatCompletionMessageParam,
-    )
+    from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
     from openai.types.chat.chat_completion_chunk import ChoiceDelta, ChoiceDeltaToolCall
 
 ChunkDict = dict[str, Any]

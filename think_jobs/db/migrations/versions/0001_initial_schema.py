@@ -70,9 +70,7 @@ def upgrade() -> None:
         "think_turns",
         ["agent_id", "kind", "status", "created_at"],
     )
-    op.create_index(
-        "ix_think_turns_completed", "think_turns", ["agent_id", "kind", "completed_at"]
-    )
+    op.create_index("ix_think_turns_completed", "think_turns", ["agent_id", "kind", "completed_at"])
     op.create_index("ix_think_turns_status", "think_turns", ["status", "agent_id"])
     op.create_table(
         "think_messages",

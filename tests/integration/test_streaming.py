@@ -1,0 +1,81 @@
+"""SPEC §7 streaming: replay buffer + pub/sub, per-request seq, no gap and no duplicate."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from tests.apps.agents import Recorder
+from tests.support.builders import directive, wait_for_status
+from think_jobs import StreamEvent, ThinkJobs
+from think_jobs.testing import wait_until, worker
+
+WORDS = " ".join(f"w{i}" for i in range(40))
+
+
+def assert_complete_stream(events: list[StreamEvent]) -> None:
+    assert [e.seq for e in events] == list(range(len(events)))
+    assert events[-1].done and events[-1].status == "completed"
+    kinds = [e.chunk["type"] for e in events[:-1] if e.chunk]
+    assert kinds[:3] == ["start", "start-step", "text-start"]
+    assert kinds[-3:] == ["text-end", "finish-step", "finish"]
+    text = "".join(e.chunk["delta"] for e in events if e.chunk and e.chunk["type"] == "text-delta")
+    assert text == WORDS
+
+
+def test_subscriber_joining_mid_stream_gets_every_chunk_once_in_order(jobs: ThinkJobs) -> None:
+    agent = jobs.get_agent(Recorder, "a")
+    result = agent.submit_messages([directive(label="s", text=WORDS, delay_s=0.01)])
+    buffer = jobs.keys.stream_buffer(agent.address, result.submission_id)
+    with worker(jobs):
+        wait_until(lambda: jobs.redis.llen(buffer) >= 10)
+        events = list(agent.stream(result.submission_id, timeout_s=30))
+    assert_complete_stream(events)
+
+
+def test_subscribing_after_the_end_replays_it_all(jobs: ThinkJobs) -> None:
+    agent = jobs.get_agent(Recorder, "a")
+    result = agent.submit_messages([directive(label="s", text=WORDS)])
+    with worker(jobs):
+        wait_for_status(agent, result.submission_id, "completed")
+    events = list(agent.stream(result.submission_id, timeout_s=5))
+    assert_complete_stream(events)
+    resumed = list(agent.stream(result.submission_id, after_seq=20, timeout_s=5))
+    assert [e.seq for e in resumed] == list(range(21, len(events)))
+
+
+def test_stream_chunks_use_ai_sdk_wire_keys(jobs: ThinkJobs) -> None:
+    agent = jobs.get_agent(Recorder, "a")
+    result = agent.submit_messages([directive(label="s", text="hi")])
+    with worker(jobs):
+        events = list(agent.stream(result.submission_id, timeout_s=20))
+    start = events[0].chunk
+    assert start is not None and start["type"] == "start" and "messageId" in start
+    stored = agent.get_messages()[-1]
+    assert start["messageId"] == stored.id  # the streamed message is the stored message
+    raw = jobs.redis.lrange(jobs.keys.stream_buffer(agent.address, result.submission_id), 0, 0)
+    assert json.loads(raw[0])["chunk"] == {"type": "start", "messageId": stored.id}
+
+
+def test_subscribe_follows_every_request_of_an_agent_live(jobs: ThinkJobs) -> None:
+    agent = jobs.get_agent(Recorder, "a")
+    seen: list[StreamEvent] = []
+    ready = threading.Event()
+
+    def follow() -> None:
+        stream = agent.subscribe(timeout_s=30)
+        ready.set()
+        for event in stream:
+            seen.append(event)
+            if sum(1 for e in seen if e.done) == 2:
+                return
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    ready.wait(5)
+    wait_until(lambda: jobs.redis.pubsub_numsub(jobs.keys.chunk_channel(agent.address))[0][1] >= 1)
+    first = agent.submit_messages([directive(label="1", text="one")])
+    second = agent.submit_messages([directive(label="2", text="two")])
+    with worker(jobs):
+        thread.join(30)
+    assert [e.request_id for e in seen if e.done] == [first.submission_id, second.submission_id]

@@ -1,0 +1,150 @@
+"""Real worker processes (``think-jobs worker`` subprocesses) and a private Redis server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class WorkerProcess:
+    """One ``think-jobs worker`` subprocess; its output is collected for failure reports."""
+
+    def __init__(self, env: dict[str, str], *, app: str, concurrency: int, pool: str) -> None:
+        command = [
+            sys.executable, "-m", "think_jobs.cli", "worker", "--app", app,
+            "-c", str(concurrency), "-P", pool, "-l", "INFO",
+            "-n", f"w-{uuid.uuid4().hex[:8]}@%h",
+            "--without-mingle", "--without-gossip", "--without-heartbeat",
+        ]  # fmt: skip
+        self.process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.output: list[str] = []
+        self.ready = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.output.append(line)
+            if " ready." in line:
+                self.ready.set()
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        if not self.ready.wait(timeout_s):
+            self.kill()
+            raise RuntimeError("worker did not start:\n" + "".join(self.output[-40:]))
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._reader.join(5)
+
+
+@contextmanager
+def worker_processes(
+    env: dict[str, str],
+    *,
+    count: int = 2,
+    concurrency: int = 2,
+    pool: str = "threads",
+    app: str = "tests.apps.agents:jobs",
+) -> Iterator[list[WorkerProcess]]:
+    workers = [
+        WorkerProcess(env, app=app, concurrency=concurrency, pool=pool) for _ in range(count)
+    ]
+    try:
+        for process in workers:
+            process.wait_ready()
+        yield workers
+    finally:
+        for process in workers:
+            process.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class PrivateRedis:
+    """A redis-server of our own on a free port (so a test may stop and restart it)."""
+
+    def __init__(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (scripts/ensure-services redis)")
+        self.binary = binary
+        self.port = free_port()
+        self.directory = tempfile.mkdtemp(prefix="tj-redis-")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.directory],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError(f"private redis-server on port {self.port} did not start")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        self.process = None
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@contextmanager
+def private_redis() -> Iterator[PrivateRedis]:
+    server = PrivateRedis()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
