@@ -95,6 +95,7 @@ class TurnRunner:
         try:
             for raw in stream:
                 self._take(_parse_model_chunk(raw))
+            self._check_stop()  # a model that saw the signal may simply end its stream
         except (_Stopped, _ModelFailed):
             raise
         except Exception as error:

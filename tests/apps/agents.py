@@ -93,3 +93,65 @@ def read_events(jobs: ThinkJobs) -> list[dict[str, Any]]:
 jobs = ThinkJobs()
 jobs.register(Recorder)
 jobs.register(Support)
+
+
+class Child(Think):
+    """A research assistant that answers with a fixed, multi-word reply."""
+
+    def get_system_prompt(self) -> str:
+        return "You are a research assistant. Analyze data and report findings."
+
+    def get_model(self) -> ScriptedModel:
+        return ScriptedModel("findings: all systems nominal")
+
+
+class ChunkCollector:
+    def __init__(self) -> None:
+        self.chunks: list[str] = []
+        self.request_id = ""
+        self.done = False
+
+    def on_start(self, event: Any) -> None:
+        self.request_id = event.request_id
+
+    def on_event(self, json_chunk: str) -> None:
+        self.chunks.append(json_chunk)
+
+    def on_done(self) -> None:
+        self.done = True
+
+    def on_error(self, message: str) -> None:
+        raise RuntimeError(message)
+
+
+class Parent(Think):
+    """Delegates to a child agent from inside its own turn, through a tool."""
+
+    def get_model(self) -> ScriptedModel:
+        from think_jobs.models import ToolCall
+
+        return ScriptedModel(
+            Reply(
+                text="Asking the child. ",
+                tool_calls=[ToolCall("ask_child", {"task": "check the systems"})],
+                then=Reply(text="The child says the systems are nominal."),
+            )
+        )
+
+    def get_tools(self) -> dict[str, Any]:
+        from think_jobs.tools import tool
+
+        @tool
+        def ask_child(task: str) -> dict[str, Any]:
+            """Ask the child agent and return its streamed chunks and text."""
+            collector = ChunkCollector()
+            self.sub_agent(Child, "child-1").chat(task, collector)
+            deltas = [json.loads(c) for c in collector.chunks]
+            text = "".join(c.get("delta", "") for c in deltas if c["type"] == "text-delta")
+            return {"request_id": collector.request_id, "chunks": len(deltas), "text": text}
+
+        return {"ask_child": ask_child}
+
+
+jobs.register(Child)
+jobs.register(Parent)
