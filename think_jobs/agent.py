@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 from think_jobs import blocking, cancellation, schedules, submissions
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db.turns import TurnRecord
-from think_jobs.execution import CallerTurn, MessagesFunction, TurnResult
+from think_jobs.execution import INTERRUPTED, CallerTurn, MessagesFunction, TurnResult
 from think_jobs.messages import UIMessage, coerce_messages, user_text_message
 from think_jobs.models.base import Model
 from think_jobs.results import (
@@ -315,10 +315,10 @@ def _with_status(turn: TurnRecord, status: str) -> TurnRecord:
 
 
 def _save_result(result: TurnResult) -> SaveMessagesResult:
+    """A stalled turn handed to recovery is ``aborted`` for its caller (SPEC §9)."""
+    status = "aborted" if result.status == INTERRUPTED else result.status
     return SaveMessagesResult(
-        request_id=result.request_id,
-        status=cast(TurnStatus, result.status),
-        error=result.error,
+        request_id=result.request_id, status=cast(TurnStatus, status), error=result.error
     )
 
 

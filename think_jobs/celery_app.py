@@ -15,6 +15,7 @@ from celery import Celery, signals
 
 from think_jobs import schedules, worker
 from think_jobs.dispatch import DRAIN_TASK, SWEEP_TASK
+from think_jobs.errors import StorageUnavailableError
 
 if TYPE_CHECKING:
     from think_jobs.runtime import ThinkJobs
@@ -54,8 +55,17 @@ def create_celery_app(jobs: ThinkJobs) -> Celery:
 
 
 def _register_tasks(app: Celery, jobs: ThinkJobs) -> None:
-    @app.task(name=DRAIN_TASK, ignore_result=True, shared=False)  # type: ignore[untyped-decorator]
+    @app.task(  # type: ignore[untyped-decorator]
+        name=DRAIN_TASK,
+        ignore_result=True,
+        shared=False,
+        autoretry_for=(StorageUnavailableError,),
+        retry_backoff=True,
+        retry_backoff_max=30,
+        max_retries=20,
+    )
     def drain(agent_id: int) -> str:
+        """Run the agent's next turn; while the database is down, back off and retry."""
         return worker.drain(jobs, agent_id)
 
     @app.task(name=SWEEP_TASK, ignore_result=True, shared=False)  # type: ignore[untyped-decorator]

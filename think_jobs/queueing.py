@@ -164,11 +164,13 @@ def _claim_head(
     """Claim ``head``, or say why not; None means "the head changed, look again"."""
     if head.status == "running":
         return _recover_orphan(conn, head, token, now, max_recoveries)
-    if head.kind == "blocking" and head.id != caller_turn_id:
+    if head.kind == "blocking" and head.id != caller_turn_id and not head.messages_applied:
         if head.caller_expires_at is not None and head.caller_expires_at < now:
             turn_ops.end_turn(conn, head.id, status="aborted", error=CALLER_GONE, now=now)
             return None
         return NotClaimed("caller", head)
+    if head.messages_applied:  # handed to recovery by a stalled attempt
+        return _recover_orphan(conn, head, token, now, max_recoveries)
     return _start(conn, head, token, now, recovering=False)
 
 
@@ -211,7 +213,9 @@ class Released:
     @property
     def needs_worker(self) -> bool:
         nxt = self.next_turn
-        return nxt is not None and (nxt.kind == "submission" or nxt.status == "running")
+        if nxt is None:
+            return False
+        return nxt.kind == "submission" or nxt.status == "running" or nxt.messages_applied
 
 
 def release(conn: Connection, claim: Claim) -> Released:

@@ -155,3 +155,20 @@ class Parent(Think):
 
 jobs.register(Child)
 jobs.register(Parent)
+
+
+class Staller(Think):
+    """Stalls after three words on its first attempt; a continuation finishes the reply."""
+
+    stall_timeout_s = 0.5
+
+    def get_model(self) -> ScriptedModel:
+        def script(request: ModelRequest) -> Reply:
+            if request.continuation:
+                return Reply(text="and the rest.")
+            return Reply(text="one two three four five", stall_after=3)
+
+        return ScriptedModel(script)
+
+
+jobs.register(Staller)

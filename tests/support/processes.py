@@ -148,3 +148,59 @@ def private_redis() -> Iterator[PrivateRedis]:
         yield server
     finally:
         server.close()
+
+
+class PrivatePostgres:
+    """A PostgreSQL cluster of our own (initdb in a temp dir, a free port), so a test may stop
+    and restart it without disturbing anyone else. Runs as the ``postgres`` user when we are
+    root (PostgreSQL refuses to run as root)."""
+
+    def __init__(self) -> None:
+        versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+        if not versions:
+            raise RuntimeError("PostgreSQL server binaries not found (scripts/ensure-services)")
+        self.bin = versions[-1].parent
+        self.port = free_port()
+        self.directory = Path(tempfile.mkdtemp(prefix="tj-pg-"))
+        self.data = self.directory / "data"
+        if os.geteuid() == 0:
+            shutil.chown(self.directory, "postgres", "postgres")
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
+
+    def _run(self, tool: str, *args: str) -> None:
+        command = [str(self.bin / tool), *args]
+        if os.geteuid() == 0:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        subprocess.run(command, check=True, capture_output=True, cwd=self.directory)
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 -c fsync=off"
+        log = str(self.directory / "server.log")
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-l", log, "-o", options, "-w", "-t", "30", "start"
+        )
+
+    def stop(self) -> None:
+        """An abrupt stop: connections drop at once, as when the server dies."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def close(self) -> None:
+        try:
+            self.stop()
+        except subprocess.CalledProcessError:
+            pass
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@contextmanager
+def private_postgres() -> Iterator[PrivatePostgres]:
+    server = PrivatePostgres()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()

@@ -103,6 +103,7 @@ class TurnRow(Base):
     error: Mapped[str | None] = mapped_column(Text)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     recoveries: Mapped[int] = mapped_column(Integer, default=0)
+    recovered_at_seq: Mapped[int | None] = mapped_column(BigInteger)
     assistant_message_id: Mapped[str | None] = mapped_column(String(255))
     messages_applied: Mapped[bool] = mapped_column(Boolean, default=False)
     caller_expires_at: Mapped[datetime | None]

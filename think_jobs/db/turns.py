@@ -34,6 +34,7 @@ class TurnRecord:
     error: str | None
     attempt: int
     recoveries: int
+    recovered_at_seq: int | None
     assistant_message_id: str | None
     messages_applied: bool
     caller_expires_at: datetime | None
@@ -54,6 +55,7 @@ _INSERT_DEFAULTS: dict[str, Any] = {
     "continuation": False,
     "attempt": 0,
     "recoveries": 0,
+    "recovered_at_seq": None,
     "messages_applied": False,
     "idempotency_key": None,
     "messages": None,
@@ -180,13 +182,22 @@ def end_turn(
 
 
 def requeue_turn(conn: Connection, turn: TurnRecord) -> bool:
-    """Put a running turn whose messages were never applied back to pending."""
+    """Put this attempt's running turn back to pending (for a fresh start or a continuation)."""
     statement = (
         update(turns)
         .where(turns.c.id == turn.id, turns.c.status == "running", turns.c.attempt == turn.attempt)
         .values(status="pending")
     )
     return conn.execute(statement).rowcount == 1
+
+
+def note_recovery(conn: Connection, turn_id: int, *, recoveries: int, at_seq: int) -> None:
+    """Record a recovery attempt: the (possibly reset) count and the stream length it saw."""
+    conn.execute(
+        update(turns)
+        .where(turns.c.id == turn_id)
+        .values(recoveries=recoveries, recovered_at_seq=at_seq)
+    )
 
 
 def refresh_caller(conn: Connection, turn_id: int, *, until: datetime) -> None:

@@ -51,6 +51,7 @@ def upgrade() -> None:
         sa.Column("error", sa.Text()),
         sa.Column("attempt", sa.Integer(), nullable=False),
         sa.Column("recoveries", sa.Integer(), nullable=False),
+        sa.Column("recovered_at_seq", sa.BigInteger()),
         sa.Column("assistant_message_id", sa.String(255)),
         sa.Column("messages_applied", sa.Boolean(), nullable=False),
         sa.Column("caller_expires_at", WHEN),

@@ -1,0 +1,203 @@
+"""Fault scenarios shared by the reliability tests and ``bench/reliability.py``: run real
+worker processes, inject faults, then check that nothing accepted was lost, duplicated or run
+out of order."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.apps.agents import Recorder, events_client, events_key, read_events
+from tests.support.builders import directive
+from tests.support.processes import WorkerProcess
+from think_jobs import ThinkJobs
+from think_jobs.recovery import INTERRUPTED_AFTER_APPLIED, INTERRUPTED_PARTIALLY_APPLIED
+from think_jobs.testing import wait_until
+
+SECTION_9_ERRORS = {INTERRUPTED_AFTER_APPLIED, INTERRUPTED_PARTIALLY_APPLIED}
+
+
+@dataclass
+class Report:
+    scenario: str
+    faults: int = 0
+    submissions: int = 0
+    completed: int = 0
+    section_9_errors: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    order_violations: int = 0
+    overlaps: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def row(self) -> str:
+        return (
+            f"| {self.scenario} | {self.faults} | {self.submissions} | {self.completed} | "
+            f"{self.section_9_errors} | {self.lost} | {self.duplicated} | "
+            f"{self.order_violations} | {self.overlaps} |"
+        )
+
+
+HEADER = (
+    "| scenario | faults injected | submissions | completed | §9 errors | lost | duplicated "
+    "| order violations | overlaps |\n|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def submit_load(
+    jobs: ThinkJobs, *, agents: int, per_agent: int, words: int, delay_s: float
+) -> dict[str, list[tuple[str, str]]]:
+    """Interleaved submissions; returns per agent the admitted (label, submission id)."""
+    text = " ".join(f"w{i}" for i in range(words))
+    admitted: dict[str, list[tuple[str, str]]] = {f"agent-{a}": [] for a in range(agents)}
+    for n, a in itertools.product(range(per_agent), range(agents)):
+        name, label = f"agent-{a}", f"agent-{a}#{n}"
+        result = jobs.get_agent(Recorder, name).submit_messages(
+            [directive(f"m-{label}", label=label, text=text, delay_s=delay_s)]
+        )
+        admitted[name].append((label, result.submission_id))
+    return admitted
+
+
+def unfinished(jobs: ThinkJobs, admitted: dict[str, list[tuple[str, str]]]) -> int:
+    return sum(
+        len(jobs.get_agent(Recorder, name).list_submissions(status=["pending", "running"]))
+        for name in admitted
+    )
+
+
+def record_kill(jobs: ThinkJobs, pid: int) -> None:
+    """Put the kill on the recorder's clock, so a started-but-never-ended call ends there."""
+    client = events_client(jobs)
+    tick = client.incr(f"{events_key(jobs)}:clock")
+    client.rpush(events_key(jobs), json.dumps({"tick": tick, "what": "killed", "pid": pid}))
+
+
+def kill_workers_while_running(
+    jobs: ThinkJobs,
+    env: dict[str, str],
+    admitted: dict[str, list[tuple[str, str]]],
+    *,
+    kills: int,
+    spawn: Callable[[], WorkerProcess],
+    workers: list[WorkerProcess],
+) -> int:
+    """SIGKILL a worker (alternating) each time another share of the load finished."""
+    total = sum(len(v) for v in admitted.values())
+    done = 0
+    for k in range(kills):
+        threshold = (k + 1) * total // (kills + 2)
+        wait_until(lambda t=threshold: total - unfinished(jobs, admitted) >= t, 120)
+        victim = workers.pop(k % len(workers))
+        record_kill(jobs, victim.process.pid)
+        victim.kill()
+        replacement = spawn()
+        replacement.wait_ready()
+        workers.insert(k % (len(workers) + 1), replacement)
+        done += 1
+    return done
+
+
+def check(jobs: ThinkJobs, admitted: dict[str, list[tuple[str, str]]], report: Report) -> Report:
+    events = read_events(jobs)
+    runs = _runs(events)
+    for name, entries in admitted.items():
+        agent = jobs.get_agent(Recorder, name)
+        _check_statuses(agent, entries, report)
+        _check_messages(agent, entries, report)
+        _check_order(name, runs.get(name, []), [label for label, _ in entries], report)
+    return report
+
+
+def _check_statuses(agent: Any, entries: list[tuple[str, str]], report: Report) -> None:
+    for label, submission_id in entries:
+        report.submissions += 1
+        found = agent.inspect_submission(submission_id)
+        if found is None or found.status in ("pending", "running"):
+            report.lost += 1
+            report.problems.append(f"{label}: {found.status if found else 'missing'}")
+        elif found.status == "completed":
+            report.completed += 1
+        elif found.status == "error" and found.error in SECTION_9_ERRORS:
+            report.section_9_errors += 1
+        else:
+            report.lost += 1
+            report.problems.append(f"{label}: {found.status} {found.error}")
+
+
+def _check_messages(agent: Any, entries: list[tuple[str, str]], report: Report) -> None:
+    counts = Counter(m.id for m in agent.get_messages() if m.role == "user")
+    for label, _ in entries:
+        seen = counts.get(f"m-{label}", 0)
+        if seen > 1:
+            report.duplicated += 1
+            report.problems.append(f"{label}: user message stored {seen} times")
+
+
+def _runs(events: list[dict[str, Any]]) -> dict[str, list[tuple[int, int, str]]]:
+    """Per agent: (start, end, label) of each model call; a killed call ends at its kill."""
+    kills = {e["pid"]: e["tick"] for e in events if e["what"] == "killed"}
+    open_calls: dict[tuple[str, str, int], int] = {}
+    runs: dict[str, list[tuple[int, int, str]]] = {}
+    for event in sorted(events, key=lambda e: e["tick"]):
+        if event["what"] == "killed":
+            continue
+        key = (event["agent"], event["label"], event["pid"])
+        if event["what"] == "start":
+            open_calls[key] = event["tick"]
+        else:
+            runs.setdefault(event["agent"], []).append(
+                (open_calls.pop(key), event["tick"], event["label"])
+            )
+    for (agent, label, pid), start in open_calls.items():
+        runs.setdefault(agent, []).append((start, kills.get(pid, 10**12), label))
+    for agent_runs in runs.values():
+        agent_runs.sort()
+    return runs
+
+
+def _check_order(
+    name: str, runs: list[tuple[int, int, str]], labels: list[str], report: Report
+) -> None:
+    for before, after in itertools.pairwise(runs):
+        if after[0] < before[1]:
+            report.overlaps += 1
+            report.problems.append(f"{name}: {after[2]} started before {before[2]} ended")
+    first_starts = list(dict.fromkeys(label for _, _, label in runs))
+    expected = [label for label in labels if label in set(first_starts)]
+    if first_starts != expected:
+        report.order_violations += 1
+        report.problems.append(f"{name}: started {first_starts}, admitted {expected}")
+
+
+def recovered_replies(
+    jobs: ThinkJobs, admitted: dict[str, list[tuple[str, str]]]
+) -> list[tuple[str, int, str]]:
+    """(label, attempts, reply text) of every submission that needed more than one attempt."""
+    from think_jobs.messages import message_text
+
+    found = []
+    for name, entries in admitted.items():
+        agent = jobs.get_agent(Recorder, name)
+        replies = {m.id: message_text(m) for m in agent.get_messages() if m.role == "assistant"}
+        for label, submission_id in entries:
+            inspection = agent.inspect_submission(submission_id)
+            if inspection is None or inspection.attempt < 2:
+                continue
+            reply_id = _assistant_message_id(jobs, agent, submission_id)
+            found.append((label, inspection.attempt, replies.get(reply_id or "", "")))
+    return found
+
+
+def _assistant_message_id(jobs: ThinkJobs, agent: Any, submission_id: str) -> str | None:
+    from think_jobs.db import turns as turn_ops
+
+    agent_id = jobs.agent_id_of(agent, create=False)
+    assert agent_id is not None
+    with jobs.db.read() as conn:
+        turn = turn_ops.get_turn(conn, agent_id, submission_id)
+    return turn.assistant_message_id if turn else None

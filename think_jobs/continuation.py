@@ -1,0 +1,69 @@
+"""Picking up a turn whose previous attempt did not finish (SPEC §9).
+
+The replay buffer holds every chunk any attempt of the request published, so the partial reply
+is rebuilt from it exactly as a client saw it. If the buffer already ends with ``finish`` (the
+executor died after the model completed but before the database write), the reply is complete
+and no model call is needed. If the buffer is gone (Redis lost its data), the partial stored in
+the database, if any, is used instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import redis
+
+from think_jobs.assembly import MessageAssembler
+from think_jobs.chunks import parse_chunk
+from think_jobs.db.turns import TurnRecord
+from think_jobs.messages import UIMessage
+from think_jobs.streaming import buffered_events
+
+if TYPE_CHECKING:
+    from think_jobs.runtime import ThinkJobs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """What the earlier attempts produced."""
+
+    message: UIMessage
+    finished: bool
+    buffer_length: int
+
+    @property
+    def has_content(self) -> bool:
+        return any(part.type != "step-start" for part in self.message.parts)
+
+
+def recover(jobs: ThinkJobs, address: str, turn: TurnRecord, stored: UIMessage | None) -> Recovered:
+    """Rebuild the partial reply of ``turn`` from its stream, else from ``stored``."""
+    message_id = turn.assistant_message_id or turn.request_id
+    try:
+        events = buffered_events(jobs.redis, jobs.keys, address, turn.request_id)
+    except redis.RedisError as error:
+        log.warning("replay buffer unavailable for %s: %s", turn.request_id, error)
+        events = []
+    chunks = [event.chunk for event in events if event.chunk is not None]
+    if not chunks:
+        fallback = stored or UIMessage(id=message_id, role="assistant", parts=[])
+        return Recovered(fallback, finished=False, buffer_length=len(events))
+    assembler = MessageAssembler(message_id)
+    finished = False
+    for raw in chunks:
+        chunk = parse_chunk(raw)
+        if chunk.type in ("abort", "error"):
+            continue
+        assembler.feed(chunk)
+        finished = chunk.type == "finish"
+    return Recovered(assembler.message, finished, len(events))
+
+
+def recoveries_after_progress(turn: TurnRecord, buffer_length: int) -> int:
+    """The recovery count to store: back to 1 when the stream grew since the last recovery."""
+    grew = turn.recovered_at_seq is not None and buffer_length > turn.recovered_at_seq
+    return 1 if grew else turn.recoveries
