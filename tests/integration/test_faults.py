@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.apps.agents import Support
+from tests.support.builders import user, wait_for_status
 from tests.support.faults import (
     Report,
     check,
@@ -14,8 +16,6 @@ from tests.support.faults import (
     submit_load,
     unfinished,
 )
-from tests.apps.agents import Support
-from tests.support.builders import user, wait_for_status
 from tests.support.processes import WorkerProcess, private_postgres
 from think_jobs import StorageUnavailableError, ThinkJobs
 from think_jobs.testing import wait_until, worker

@@ -103,7 +103,9 @@ def test_save_messages_runs_the_turn_here_and_returns_completed(logged: Logged) 
 
 def test_save_messages_function_form_sees_messages_when_its_turn_starts(jobs: ThinkJobs) -> None:
     agent = jobs.get_agent(Recorder, "a")
-    ahead = agent.submit_messages([directive("m1", label="ahead", text="first reply", delay_s=0.01)])
+    ahead = agent.submit_messages(
+        [directive("m1", label="ahead", text="first reply", delay_s=0.01)]
+    )
     seen: list[list[str]] = []
 
     def add(current: list[UIMessage]) -> list[UIMessage | dict[str, Any]]:
@@ -380,7 +382,8 @@ def test_cancel_chat_from_another_process_stops_the_stream(
     ids: list[str] = []
     callback = StreamCallback(on_start=lambda e: ids.append(e.request_id), on_event=on_event)
     caller = threading.Thread(
-        target=agent.chat, args=(json.dumps({"label": "x", "text": SLOW, "delay_s": 0.02}), callback)
+        target=agent.chat,
+        args=(json.dumps({"label": "x", "text": SLOW, "delay_s": 0.02}), callback),
     )
     caller.start()
     assert started.wait(20)
@@ -433,7 +436,7 @@ def test_clear_messages_skips_pending_aborts_running_and_deletes_history(jobs: T
         assert agent.inspect_submission(running.submission_id).status == "aborted"  # type: ignore[union-attr]
         after = agent.save_messages([directive("m3", label="fresh")])
     assert after.status == "completed"
-    assert [m.id for m in agent.get_messages()][0] == "m3"
+    assert next(m.id for m in agent.get_messages()) == "m3"
 
 
 # -- nesting -----------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.apps.agents import Recorder, Staller, read_events
-from tests.support.builders import directive, texts, user, wait_for_status
+from tests.support.builders import texts, user, wait_for_status
 from tests.support.processes import ROOT, worker_processes
 from think_jobs import StreamCallback, ThinkJobs
 from think_jobs.testing import wait_until, worker
@@ -65,8 +65,8 @@ import json, sys
 from tests.apps.agents import jobs, Recorder
 agent = jobs.get_agent(Recorder, "a")
 text = " ".join(f"w{i}" for i in range(400))
-agent.save_messages([{"id": "m-caller", "role": "user",
-    "parts": [{"type": "text", "text": json.dumps({"label": "caller", "text": text, "delay_s": 0.01})}]}])
+spec = json.dumps({"label": "caller", "text": text, "delay_s": 0.01})
+agent.save_messages([{"id": "m-caller", "role": "user", "parts": [{"type": "text", "text": spec}]}])
 """
 
 

@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -189,10 +189,8 @@ class PrivatePostgres:
         self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
 
     def close(self) -> None:
-        try:
+        with suppress(subprocess.CalledProcessError):
             self.stop()
-        except subprocess.CalledProcessError:
-            pass
         shutil.rmtree(self.directory, ignore_errors=True)
 
 

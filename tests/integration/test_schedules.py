@@ -1,0 +1,415 @@
+"""SPEC §8 in one process: arming, reconciling, claiming and firing scheduled tasks, on SQLite
+and PostgreSQL, with real Redis and real (in-process) Celery workers.
+
+The clock is controlled through the data: a test moves a row's ``next_run_at`` into the past
+and the code under test fires it, instead of waiting for the occurrence to come."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+from sqlalchemy import select
+
+from tests.apps.scheduled_agents import (
+    DIGEST_PROMPT,
+    Janitor,
+    Plain,
+    Reporter,
+    agent_id,
+    make_due,
+    read_events,
+    stored,
+)
+from tests.support.builders import texts, user, wait_for_status
+from tests.support.processes import free_port
+from think_jobs import ScheduleError, ThinkJobs
+from think_jobs import schedules as schedule_api
+from think_jobs.beat import DatabaseScheduler, claim_due, fire_due
+from think_jobs.context import utcnow
+from think_jobs.db import schedules as schedule_ops
+from think_jobs.db.tables import turns
+from think_jobs.scheduled_task import occurrence_key
+from think_jobs.scheduling import next_occurrence
+from think_jobs.testing import wait_until, worker
+
+FAST = {"beat_tick_interval_s": 0.2}
+
+
+@pytest.fixture
+def sjobs(make_jobs: Callable[..., ThinkJobs]) -> ThinkJobs:
+    """A runtime with the scheduled agents registered and a short tick (fast retry backoff)."""
+    return with_agents(make_jobs(**FAST))
+
+
+def with_agents(jobs: ThinkJobs) -> ThinkJobs:
+    for cls in (Reporter, Janitor, Plain):
+        jobs.register(cls)
+    return jobs
+
+
+def expected_metadata(task_id: str, scheduled_for: datetime, schedule: str) -> dict[str, object]:
+    return {
+        "source": "scheduled-task",
+        "task_id": task_id,
+        "scheduled_for": scheduled_for.isoformat(),
+        "schedule": schedule,
+    }
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextmanager
+def captured(logger_name: str) -> Iterator[list[logging.LogRecord]]:
+    """Records of one logger (a handler of its own: Celery's worker setup rewires the root)."""
+    handler = _Collect()
+    records = handler.records
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+# -- arming ------------------------------------------------------------------------------------
+
+
+def test_start_arms_each_task_at_its_next_occurrence(sjobs: ThinkJobs) -> None:
+    before = utcnow()
+    agent = sjobs.get_agent(Reporter, "acme")
+    agent.start()
+    after = utcnow()
+    rows = stored(agent)
+    assert sorted(rows) == ["digest", "nudge"]
+    digest, nudge = rows["digest"], rows["nudge"]
+    assert (digest.schedule, digest.timezone) == ("every 1 minute", None)
+    assert (nudge.schedule, nudge.timezone) == ("every day at 09:00", "Europe/Paris")
+    for row in (digest, nudge):
+        possible = {
+            next_occurrence(row.schedule, now=t, timezone=row.timezone) for t in (before, after)
+        }
+        assert row.next_run_at in possible
+        assert row.last_scheduled_for is None and row.last_fired_at is None
+    assert nudge.next_run_at.astimezone(ZoneInfo("Europe/Paris")).hour == 9
+
+
+def test_the_first_submission_arms_a_new_agent(sjobs: ThinkJobs) -> None:
+    agent = sjobs.get_agent(Reporter, "fresh")
+    agent.submit_messages([user("hello")])
+    assert sorted(stored(agent)) == ["digest", "nudge"]
+
+
+def test_an_agent_without_tasks_gets_no_rows(sjobs: ThinkJobs) -> None:
+    agent = sjobs.get_agent(Plain, "p")
+    agent.start()
+    assert stored(agent) == {}
+    assert agent.next_runs() == {}
+
+
+def test_arming_again_from_another_process_keeps_the_armed_rows(
+    sjobs: ThinkJobs, make_jobs: Callable[..., ThinkJobs]
+) -> None:
+    agent = sjobs.get_agent(Reporter, "acme")
+    agent.start()
+    moved = make_due(agent, "digest")
+    other = with_agents(make_jobs(**FAST)).get_agent(Reporter, "acme")
+    other.start()
+    rows = stored(other)
+    assert sorted(rows) == ["digest", "nudge"]
+    assert rows["digest"].next_run_at == moved  # not re-armed: missing rows only
+
+
+def test_next_runs_are_computed_before_the_agent_exists_then_read_from_the_rows(
+    sjobs: ThinkJobs,
+) -> None:
+    agent = sjobs.get_agent(Reporter, "later")
+    before = utcnow()
+    computed = agent.next_runs()
+    assert sorted(computed) == ["digest", "nudge"]
+    assert before < computed["digest"] <= before + timedelta(minutes=1)
+    assert sjobs.agent_id_of(agent, create=False) is None  # asking did not create it
+    agent.start()
+    moved = make_due(agent, "digest")
+    assert agent.next_runs()["digest"] == moved
+
+
+# -- reconciling with the code -----------------------------------------------------------------
+
+
+def test_reconcile_rearms_changed_tasks_arms_new_ones_and_removes_dropped_ones(
+    sjobs: ThinkJobs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agents = [sjobs.get_agent(Reporter, name) for name in ("a", "b")]
+    for agent in agents:
+        agent.start()
+    monkeypatch.setenv("TJ_TEST_DIGEST_SCHEDULE", "every 2 hours")
+    monkeypatch.setenv("TJ_TEST_EXTRA_TASK", "1")
+    monkeypatch.setenv("TJ_TEST_DROP_NUDGE", "1")
+    now = utcnow()
+    report = schedule_api.reconcile(sjobs, now=now)
+    assert (report.armed, report.rearmed, report.removed) == (2, 2, 2)
+    for agent in agents:
+        rows = stored(agent)
+        assert sorted(rows) == ["digest", "weekly"]
+        assert rows["digest"].schedule == "every 2 hours"
+        assert rows["digest"].next_run_at == next_occurrence("every 2 hours", now=now)
+        assert rows["weekly"].timezone == "America/New_York"
+    assert schedule_api.reconcile(sjobs) == schedule_api.ReconcileReport(0, 0, 0)
+
+
+def test_reconcile_leaves_rows_that_match_the_code_alone(sjobs: ThinkJobs) -> None:
+    agent = sjobs.get_agent(Reporter, "acme")
+    agent.start()
+    make_due(agent, "digest")
+    before = stored(agent)
+    assert schedule_api.reconcile(sjobs) == schedule_api.ReconcileReport(0, 0, 0)
+    assert stored(agent) == before
+
+
+def test_reconcile_arms_agents_that_existed_before_their_class_had_tasks(
+    sjobs: ThinkJobs,
+) -> None:
+    agent = sjobs.get_agent(Reporter, "old")
+    agent.start()
+    with sjobs.db.write() as conn:
+        conn.execute(schedule_ops.schedules.delete())
+    report = schedule_api.reconcile(sjobs)
+    assert report.armed == 2
+    assert sorted(stored(agent)) == ["digest", "nudge"]
+
+
+# -- claiming (what beat does each tick) -------------------------------------------------------
+
+
+def test_a_claim_fires_a_missed_occurrence_once_and_arms_the_next_after_now(
+    sjobs: ThinkJobs,
+) -> None:
+    agent = sjobs.get_agent(Reporter, "acme")
+    agent.start()
+    due = make_due(agent, "digest")  # eight days ago: thousands of missed minutes
+    now = utcnow()
+    claims = claim_due(sjobs, now=now)
+    assert [(c.task_id, c.due_at) for c in claims] == [("digest", due)]
+    assert claims[0].next_run_at == next_occurrence("every 1 minute", now=now)
+    row = stored(agent)["digest"]
+    assert (row.next_run_at, row.last_scheduled_for, row.last_fired_at) == (
+        claims[0].next_run_at,
+        due,
+        now,
+    )
+    assert claim_due(sjobs, now=now) == []
+
+
+def test_concurrent_beats_claim_each_occurrence_exactly_once(
+    sjobs: ThinkJobs, make_jobs: Callable[..., ThinkJobs]
+) -> None:
+    agents = [sjobs.get_agent(Reporter, f"agent-{n}") for n in range(12)]
+    for agent in agents:
+        agent.start()
+        make_due(agent, "digest")
+    beats = [with_agents(make_jobs(**FAST)) for _ in range(4)]
+    barrier = threading.Barrier(len(beats))
+    claimed: list[list[tuple[int, datetime]]] = [[] for _ in beats]
+
+    def run(index: int) -> None:
+        barrier.wait()
+        found = claim_due(beats[index], now=utcnow())
+        claimed[index] = [(c.schedule_id, c.due_at) for c in found]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(beats))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    everything = [claim for found in claimed for claim in found]
+    assert len(everything) == len(set(everything)) == len(agents)
+
+
+def test_a_beat_only_claims_the_agent_types_it_knows(
+    sjobs: ThinkJobs, make_jobs: Callable[..., ThinkJobs]
+) -> None:
+    agent = sjobs.get_agent(Reporter, "acme")
+    agent.start()
+    make_due(agent, "digest")
+    other = make_jobs(**FAST)
+    other.register(Janitor)
+    assert claim_due(other, now=utcnow()) == []
+    assert len(claim_due(sjobs, now=utcnow())) == 1
+
+
+def test_an_occurrence_whose_fire_cannot_be_sent_is_given_back(
+    sjobs: ThinkJobs, make_jobs: Callable[..., ThinkJobs]
+) -> None:
+    agent = sjobs.get_agent(Reporter, "acme")
+    agent.start()
+    due = make_due(agent, "digest")
+    offline = with_agents(make_jobs(broker_url=f"redis://127.0.0.1:{free_port()}/0", **FAST))
+    assert fire_due(offline) == 1  # claimed, then the send failed
+    assert stored(agent)["digest"].next_run_at == due  # the next tick tries again
+    assert [c.due_at for c in claim_due(sjobs, now=utcnow())] == [due]
+
+
+# -- firing ------------------------------------------------------------------------------------
+
+
+def test_a_prompt_fire_becomes_a_scheduled_submission_and_runs_on_a_worker(
+    sjobs: ThinkJobs,
+) -> None:
+    agent = sjobs.get_agent(Reporter, "acme")
+    agent.start()
+    due = make_due(agent, "digest")
+    with worker(sjobs):
+        assert fire_due(sjobs) == 1
+        key = occurrence_key("Reporter", "acme", "digest", due)
+        found = wait_until(lambda: agent.list_submissions(), message="no submission yet")
+        assert [s.idempotency_key for s in found] == [key]
+        done = wait_for_status(agent, found[0].submission_id, "completed")
+    assert done.metadata == {"kind": "digest", **expected_metadata("digest", due, "every 1 minute")}
+    assert texts(agent) == [("user", DIGEST_PROMPT), ("assistant", f"Report: {DIGEST_PROMPT}")]
+    with sjobs.db.read() as conn:
+        assert conn.execute(select(turns.c.trigger)).scalars().all() == ["schedule"]
+
+
+def test_the_beat_scheduler_reconciles_claims_and_sends_in_one_tick(sjobs: ThinkJobs) -> None:
+    agent = sjobs.get_agent(Reporter, "acme")
+    agent.start()
+    due = make_due(agent, "digest")
+    scheduler = DatabaseScheduler(sjobs.celery)
+    with worker(sjobs):
+        assert scheduler.tick() <= sjobs.settings.beat_tick_interval_s
+        key = occurrence_key("Reporter", "acme", "digest", due)
+        wait_until(lambda: [s.idempotency_key for s in agent.list_submissions()] == [key])
+    scheduler.close()
+
+
+def test_firing_the_same_occurrence_twice_adds_nothing(sjobs: ThinkJobs) -> None:
+    agent = sjobs.get_agent(Reporter, "acme")
+    agent.start()
+    due = make_due(agent, "digest")
+    first = schedule_api.fire(sjobs, agent_id(agent), "digest", due)
+    again = schedule_api.fire(sjobs, agent_id(agent), "digest", due)
+    submission_id = first.removeprefix("submitted ")
+    assert (first, again) == (f"submitted {submission_id}", f"duplicate {submission_id}")
+    assert len(agent.list_submissions()) == 1
+
+
+def test_a_prompt_function_gets_the_occurrence_context(sjobs: ThinkJobs) -> None:
+    agent = sjobs.get_agent(Reporter, "acme")
+    when = datetime(2026, 3, 29, 7, 0, tzinfo=UTC)  # 09:00 in Paris, the day clocks go forward
+    result = agent.run_scheduled_task("nudge", scheduled_for=when)
+    assert result is not None
+    key = occurrence_key("Reporter", "acme", "nudge", when)
+    with worker(sjobs):
+        wait_for_status(agent, result.submission_id, "completed")
+    assert texts(agent)[0] == ("user", f"Nudge for {when.isoformat()} in Europe/Paris ({key})")
+
+
+def test_a_fire_for_a_task_removed_from_the_code_does_nothing(
+    sjobs: ThinkJobs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = sjobs.get_agent(Reporter, "acme")
+    agent.start()
+    monkeypatch.setenv("TJ_TEST_DROP_NUDGE", "1")
+    assert schedule_api.fire(sjobs, agent_id(agent), "nudge", utcnow()) == "removed"
+    assert schedule_api.fire(sjobs, 987_654, "nudge", utcnow()) == "unknown-agent"
+    assert agent.list_submissions() == []
+
+
+def test_a_failing_handler_is_retried_up_to_max_attempts_and_the_next_run_stays_armed(
+    sjobs: ThinkJobs,
+) -> None:
+    agent = sjobs.get_agent(Janitor, "j")
+    agent.start()
+    due = make_due(agent, "flaky")
+    with captured("think_jobs.schedules") as records, worker(sjobs):
+        assert fire_due(sjobs) == 1
+        gave_up = wait_until(lambda: [r for r in records if r.levelno == logging.ERROR])
+    assert "failed after 3 attempts" in gave_up[0].getMessage()
+    key = occurrence_key("Janitor", "j", "flaky", due)
+    events = read_events(sjobs)
+    assert [(e["attempt"], e["key"]) for e in events] == [(1, key), (2, key), (3, key)]
+    warnings = [r.getMessage() for r in records if r.levelno == logging.WARNING]
+    assert ["retrying in 0.2 s" in warnings[0], "retrying in 0.4 s" in warnings[1]] == [True, True]
+    row = stored(agent)["flaky"]
+    assert row.last_scheduled_for == due
+    assert row.next_run_at > datetime.fromtimestamp(gave_up[0].created, UTC) > due
+
+
+def test_a_handler_that_recovers_runs_until_it_succeeds(sjobs: ThinkJobs) -> None:
+    agent = sjobs.get_agent(Janitor, "j")
+    agent.start()
+    make_due(agent, "recovers")
+    with captured("think_jobs.schedules") as records, worker(sjobs):
+        assert fire_due(sjobs) == 1
+        wait_until(lambda: any(r.getMessage().endswith(": handled") for r in records))
+    assert [e["attempt"] for e in read_events(sjobs)] == [1, 2, 3]
+    assert not [r for r in records if r.levelno >= logging.ERROR]
+
+
+# -- run now -----------------------------------------------------------------------------------
+
+
+def test_run_now_with_an_occurrence_shares_its_idempotency_key_with_beat(sjobs: ThinkJobs) -> None:
+    agent = sjobs.get_agent(Reporter, "acme")
+    when = datetime(2026, 6, 1, 9, 0, 0, 123_456, tzinfo=UTC)
+    first = agent.run_scheduled_task("digest", scheduled_for=when)
+    again = agent.run_scheduled_task("digest", scheduled_for=when)
+    assert first is not None and again is not None
+    at_ms = when.replace(microsecond=123_000)
+    assert first.idempotency_key == occurrence_key("Reporter", "acme", "digest", at_ms)
+    assert first.metadata == {
+        "kind": "digest",
+        **expected_metadata("digest", at_ms, "every 1 minute"),
+    }
+    assert (first.accepted, again.accepted) == (True, False)
+    assert again.submission_id == first.submission_id
+    fired = schedule_api.fire(sjobs, agent_id(agent), "digest", at_ms)
+    assert fired == f"duplicate {first.submission_id}"
+
+
+def test_run_now_without_an_occurrence_fires_a_fresh_one(sjobs: ThinkJobs) -> None:
+    agent = sjobs.get_agent(Reporter, "acme")
+    before = utcnow()
+    first = agent.run_scheduled_task("digest")
+    assert first is not None and first.accepted
+    scheduled_for = datetime.fromisoformat(first.metadata["scheduled_for"])  # type: ignore[index]
+    assert before - timedelta(milliseconds=1) < scheduled_for <= utcnow()
+    wait_until(lambda: utcnow() >= scheduled_for + timedelta(milliseconds=1))
+    second = agent.run_scheduled_task("digest")
+    assert second is not None and second.accepted
+    assert second.idempotency_key != first.idempotency_key
+
+
+def test_run_now_runs_a_handler_inline_and_raises_its_error(sjobs: ThinkJobs) -> None:
+    agent = sjobs.get_agent(Janitor, "j")
+    when = datetime(2026, 6, 1, 9, tzinfo=UTC)
+    assert agent.run_scheduled_task("tidy", scheduled_for=when) is None
+    with pytest.raises(RuntimeError, match="upstream down"):
+        agent.run_scheduled_task("flaky", scheduled_for=when)
+    events = read_events(sjobs)
+    assert [(e["task_id"], e["attempt"]) for e in events] == [("tidy", 1), ("flaky", 1)]
+    assert events[0]["key"] == occurrence_key("Janitor", "j", "tidy", when)
+
+
+def test_run_now_of_an_unknown_task_names_the_declared_ones(sjobs: ThinkJobs) -> None:
+    agent = sjobs.get_agent(Reporter, "acme")
+    with pytest.raises(
+        ScheduleError, match=r'no scheduled task "nope" \(declared: digest, nudge\)'
+    ):
+        agent.run_scheduled_task("nope")
