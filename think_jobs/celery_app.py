@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Celery, signals
 
-from think_jobs import schedules, worker
+from think_jobs import schedules, worker, workflows
 from think_jobs.dispatch import DRAIN_TASK, SWEEP_TASK
 from think_jobs.errors import StorageUnavailableError
 
@@ -49,6 +49,7 @@ def create_celery_app(jobs: ThinkJobs) -> Celery:
     )
     _register_tasks(app, jobs)
     schedules.register_tasks(app, jobs)
+    workflows.register_tasks(app, jobs)
     _connect_lifecycle(app, jobs)
     app.think_jobs = jobs
     return app

@@ -129,6 +129,14 @@ class ThinkJobs:
                     self._celery = create_celery_app(self)
         return self._celery
 
+    @property
+    def turn(self) -> Any:
+        """The ``think_jobs.turn`` Celery task: an agent turn as a workflow step
+        (``jobs.turn.s("Support", "customer-42")`` in a chain, group or chord)."""
+        from think_jobs.workflows import TURN_TASK
+
+        return self.celery.tasks[TURN_TASK]
+
     def migrate(self) -> None:
         """Apply the package's Alembic migrations to ``database_url``."""
         migrations.upgrade(self.db)
