@@ -185,11 +185,15 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
         return False
 
     def _maybe_reconcile(self) -> None:
+        """At start (always logged) and then every ``RECONCILE_INTERVAL_S`` (logged when it
+        changed something)."""
         if time.monotonic() < self._next_reconcile:
             return
+        first = self._next_reconcile == 0.0
         report = schedules.reconcile(self.jobs)
         self._next_reconcile = time.monotonic() + RECONCILE_INTERVAL_S
-        log.info(
+        log.log(
+            logging.INFO if first or report != schedules.ReconcileReport() else logging.DEBUG,
             "think-jobs beat: schedules reconciled (%d armed, %d re-armed, %d removed)",
             *(report.armed, report.rearmed, report.removed),
         )

@@ -39,7 +39,8 @@ def run_demo(*, database_url: str | None = None) -> int:
     overrides = {"database_url": database_url} if database_url else {}
     settings = load_settings(**overrides)
     with _redis(settings.redis_url) as redis_url:
-        jobs = examples.register_examples(ThinkJobs(**{**overrides, "redis_url": redis_url}))
+        jobs = ThinkJobs(settings.model_copy(update={"redis_url": redis_url}))
+        examples.register_examples(jobs)
         jobs.migrate()
         click.secho(
             f"think-jobs demo — database {settings.database_url}, redis {redis_url}", bold=True
