@@ -40,7 +40,19 @@ def load_app(spec: str | None) -> ThinkJobs:
 app_option = click.option("--app", "-A", "app_spec", default=None, help=APP_HELP)
 
 
-@click.group()
+class _Group(click.Group):
+    """Shows think-jobs errors (bad settings, unknown agents, services down) as one line."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from think_jobs.errors import ThinkJobsError
+
+        try:
+            return super().invoke(ctx)
+        except ThinkJobsError as error:
+            raise click.ClickException(f"{type(error).__name__}: {error}") from error
+
+
+@click.group(cls=_Group)
 def main() -> None:
     """think-jobs: durable LLM agent turns on Celery workers."""
 
@@ -90,10 +102,12 @@ def demo(database_url: str | None) -> None:
 
 
 def _add_commands() -> None:
+    from think_jobs.cli_dev import dev, web
     from think_jobs.cli_schedules import beat, schedules
+    from think_jobs.cli_submissions import submissions, submit, tail
 
-    main.add_command(beat)
-    main.add_command(schedules)
+    for command in (beat, schedules, dev, web, submit, tail, submissions):
+        main.add_command(command)
 
 
 _add_commands()
