@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Celery, signals
 
-from think_jobs import schedules, worker, workflows
+from think_jobs import logs, schedules, worker, workflows
 from think_jobs.dispatch import DRAIN_TASK, SWEEP_TASK
 from think_jobs.errors import StorageUnavailableError
 
@@ -90,6 +90,12 @@ def _connect_lifecycle(app: Celery, jobs: ThinkJobs) -> None:
             while running:
                 running.pop().stop()
 
+    def on_logging_setup(logger: Any = None, **_: Any) -> None:
+        if jobs.settings.log_json and logger is not None:
+            logs.use_json(logger)
+
+    signals.after_setup_logger.connect(on_logging_setup, weak=False)
+    signals.after_setup_task_logger.connect(on_logging_setup, weak=False)
     signals.worker_process_init.connect(on_process_init, weak=False)
     signals.worker_ready.connect(on_ready, weak=False)
     signals.worker_shutdown.connect(on_shutdown, weak=False)

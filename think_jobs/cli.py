@@ -62,12 +62,22 @@ def main() -> None:
 @click.option("--concurrency", "-c", type=int, default=None, help="Worker slots.")
 @click.option("--pool", "-P", default="threads", show_default=True, help="Celery pool.")
 @click.option("--loglevel", "-l", default="INFO", show_default=True)
+@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus /metrics here.")
 @click.pass_context
 def worker(
-    ctx: click.Context, app_spec: str | None, concurrency: int | None, pool: str, loglevel: str
+    ctx: click.Context,
+    app_spec: str | None,
+    concurrency: int | None,
+    pool: str,
+    loglevel: str,
+    metrics_port: int | None,
 ) -> None:
     """Run a Celery worker for the app's agents (extra options go to ``celery worker``)."""
     jobs = load_app(app_spec)
+    if metrics_port is not None:
+        from think_jobs.metrics import start_metrics_server
+
+        start_metrics_server(jobs, metrics_port)
     argv = ["worker", f"--pool={pool}", f"--loglevel={loglevel}", f"-Q{jobs.settings.queue}"]
     if concurrency is not None:
         argv.append(f"--concurrency={concurrency}")

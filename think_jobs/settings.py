@@ -58,6 +58,9 @@ class Settings(BaseSettings):
 
     beat_tick_interval_s: float = Field(5.0, gt=0)
 
+    log_json: bool = False
+    log_content: bool = False
+
     @field_validator("api_tokens", "read_tokens", mode="before")
     @classmethod
     def _split_tokens(cls, value: Any) -> Any:

@@ -7,13 +7,14 @@ sweeper enqueues what was never enqueued).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import exc
 
-from think_jobs import cancellation, queueing, validation
+from think_jobs import cancellation, metrics, queueing, validation
 from think_jobs.context import utcnow
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.turns import TurnRecord
@@ -28,6 +29,8 @@ from think_jobs.results import (
 
 if TYPE_CHECKING:
     from think_jobs.agent import Think
+
+log = logging.getLogger(__name__)
 
 StatusFilter = SubmissionStatus | str | Iterable[SubmissionStatus | str] | None
 
@@ -69,6 +72,7 @@ def submit(
         "trigger": trigger,
     }
     admission = _admit(agent, values)
+    _observe(agent, admission)
     if admission.accepted:
         agent._notify_submission(admission.turn, "pending")
     if admission.is_head or (not admission.accepted and admission.turn.status == "pending"):
@@ -76,6 +80,20 @@ def submit(
     return SubmitMessagesResult(
         **inspection_of(admission.turn).model_dump(), accepted=admission.accepted
     )
+
+
+def _observe(agent: Think, admission: queueing.Admission) -> None:
+    outcome = "accepted" if admission.accepted else "duplicate"
+    metrics.SUBMISSIONS.labels(agent.agent_type, outcome).inc()
+    fields = {
+        "agent_type": agent.agent_type,
+        "agent_name": agent.name,
+        "submission_id": admission.turn.request_id,
+        "request_id": admission.turn.request_id,
+        "attempt": admission.turn.attempt,
+        "status": admission.turn.status,
+    }
+    log.info(f"submission {outcome}", extra=fields)
 
 
 def _admit(agent: Think, values: dict[str, Any]) -> queueing.Admission:

@@ -34,6 +34,7 @@ def worker(
     """
     from celery.contrib.testing.worker import start_worker
 
+    jobs.celery.conf.worker_hijack_root_logger = False  # keep the test's log capture
     with start_worker(
         jobs.celery,
         concurrency=concurrency,

@@ -10,19 +10,20 @@ partial is stored, the turn goes back to ``pending`` and a worker continues it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from think_jobs import continuation
+from think_jobs import continuation, metrics
 from think_jobs.assembly import MessageAssembler
 from think_jobs.callbacks import call_optional
-from think_jobs.chunks import Chunk
+from think_jobs.chunks import Chunk, is_content_chunk
 from think_jobs.context import TurnContext, utcnow
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
-from think_jobs.messages import UIMessage, coerce_messages
+from think_jobs.messages import UIMessage, coerce_messages, message_text
 from think_jobs.models.base import ModelRequest
 from think_jobs.results import ChatResponseResult, TurnStatus
 from think_jobs.runner import RunOutcome, TurnRunner
@@ -78,6 +79,9 @@ class TurnRun:
             signal=caller.signal if caller else None,
             stall_timeout_s=type(agent).stall_timeout_s,
         ).start()
+        self.attempt_started = time.monotonic()
+        self.first_chunk_seen = False
+        self.chunks_published = metrics.CHUNKS_PUBLISHED.labels(agent.agent_type)
         self.writer = StreamWriter(
             jobs.redis,
             jobs.keys,
@@ -101,6 +105,7 @@ class TurnRun:
 
     def perform(self) -> TurnResult:
         log.info("turn started", extra=self.log_fields())
+        self._observe_queue_wait()
         self.agent._notify_submission(self.turn, "running")
         if not self.turn.messages_applied and not self._apply_caller_messages():
             return self._deliver(self._finish(self._not_run()))
@@ -108,6 +113,11 @@ class TurnRun:
             return self._resume()
         history = self._load_history()
         return self._run_with_hooks(self._context(history), self._assembler(None))
+
+    def _observe_queue_wait(self) -> None:
+        if self.turn.attempt == 1 and self.turn.started_at is not None:
+            waited = self.turn.started_at - self.turn.created_at
+            metrics.QUEUE_WAIT.labels(self.agent.agent_type).observe(waited.total_seconds())
 
     def _run_with_hooks(self, context: TurnContext, assembler: MessageAssembler) -> TurnResult:
         try:
@@ -127,6 +137,7 @@ class TurnRun:
         own_id = self.turn.assistant_message_id
         stored = next((m for m in history if m.id == own_id), None)
         recovered = continuation.recover(self.jobs, self.agent.address, self.turn, stored)
+        metrics.RECOVERIES.labels(self.agent.agent_type, "continuation").inc()
         self._store_recovered(recovered)
         log.info("turn resumed", extra={**self.log_fields(), "finished": recovered.finished})
         if recovered.finished:
@@ -218,6 +229,11 @@ class TurnRun:
     def _emit(self, chunk: Chunk) -> None:
         chunk_json = chunk.model_dump_json(exclude_none=True)
         self.writer.chunk(chunk_json)
+        self.chunks_published.inc()
+        if not self.first_chunk_seen and is_content_chunk(chunk):
+            self.first_chunk_seen = True
+            elapsed = time.monotonic() - self.attempt_started
+            metrics.FIRST_CHUNK.labels(self.agent.agent_type).observe(elapsed)
         self.watch.chunk_published(revoked=self.writer.revoked)
         if self.callback is not None and chunk.type != "error":
             try:
@@ -269,6 +285,7 @@ class TurnRun:
                     )  # fmt: skip
                 turn_ops.requeue_turn(conn, self.turn)
         log.warning("turn interrupted", extra={**self.log_fields(), "reason": reason.kind})
+        metrics.RECOVERIES.labels(self.agent.agent_type, reason.kind).inc()
         if self.callback is not None:
             self._guard_callback("on_interrupted")
         return TurnResult(self.turn.request_id, INTERRUPTED, reason.text, None, self.callback_error)
@@ -276,10 +293,7 @@ class TurnRun:
     def _deliver(self, outcome: RunOutcome) -> TurnResult:
         """Close the stream, then call the hooks in Think's order for this outcome."""
         self.writer.done(outcome.status, outcome.error)
-        log.info(
-            "turn finished",
-            extra={**self.log_fields(), "status": outcome.status, "error": outcome.error},
-        )
+        self._observe_end(outcome)
         if self.wrote_final:
             final = turn_ops.replace_record(
                 self.turn, status=outcome.status, error=outcome.error, completed_at=utcnow()
@@ -298,6 +312,17 @@ class TurnRun:
         return TurnResult(
             self.turn.request_id, outcome.status, outcome.error, message, self.callback_error
         )
+
+    def _observe_end(self, outcome: RunOutcome) -> None:
+        agent_type = self.agent.agent_type
+        started = self.turn.started_at or utcnow()
+        duration_s = (utcnow() - started).total_seconds()
+        metrics.TURNS_FINISHED.labels(agent_type, outcome.status).inc()
+        metrics.TURN_DURATION.labels(agent_type).observe(duration_s)
+        fields = {**self.log_fields(), "status": outcome.status, "duration_s": round(duration_s, 3)}
+        log.info("turn finished", extra={**fields, "error": outcome.error})
+        if self.jobs.settings.log_content:
+            log.debug("turn reply", extra={**fields, "reply": message_text(outcome.message)})
 
     def _call_hooks(self, response: ChatResponseResult) -> None:
         if response.status == "completed":
