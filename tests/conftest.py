@@ -53,14 +53,13 @@ def redis_url(worker_id: str) -> str:
             f"Redis is not reachable at {url}: {error}. "
             "Start it with scripts/ensure-services redis."
         ) from error
-    client.flushdb()
     client.close()
-    return url
+    return url  # shared with other test runs: every test uses its own key prefix and queue
 
 
 @pytest.fixture(scope="session")
 def pg_template(worker_id: str) -> Iterator[str]:
-    name = f"tj_template_{worker_id}"
+    name = f"tj_template_{worker_id}_{uuid.uuid4().hex[:8]}"  # unique per test run
     with _pg_admin() as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{name}"')

@@ -12,7 +12,9 @@ import sqlalchemy
 from tests.support.processes import ROOT, free_port
 
 
-def think_jobs(*args: str, env: dict[str, str], timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+def think_jobs(
+    *args: str, env: dict[str, str], timeout_s: float = 120
+) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("THINK_JOBS_")}
     return subprocess.run(
         [sys.executable, "-m", "think_jobs.cli", *args],

@@ -14,10 +14,9 @@ import pytest
 
 from tests.acceptance.test_cli import think_jobs
 from tests.apps.agents import Support
-from tests.support.builders import wait_for_status
+from tests.support.builders import wait_for_status, wait_until
 from tests.support.processes import ROOT, free_port, worker_processes
 from think_jobs import ThinkJobs
-from think_jobs.testing import wait_until
 
 APP = ["--app", "tests.apps.agents:jobs"]
 

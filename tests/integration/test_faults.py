@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.apps.agents import Support
-from tests.support.builders import user, wait_for_status
+from tests.support.builders import user, wait_for_status, wait_until
 from tests.support.faults import (
     Report,
     check,
@@ -18,7 +18,7 @@ from tests.support.faults import (
 )
 from tests.support.processes import WorkerProcess, private_postgres
 from think_jobs import StorageUnavailableError, ThinkJobs
-from think_jobs.testing import wait_until, worker
+from think_jobs.testing import worker
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.apps.agents import Recorder, read_events
-from tests.support.builders import directive
+from tests.support.builders import directive, wait_until
 from tests.support.ordering import (
     agents_ran_in_parallel,
     order_violations,
@@ -19,7 +19,6 @@ from tests.support.ordering import (
 )
 from tests.support.processes import private_redis, worker_processes
 from think_jobs import ThinkJobs
-from think_jobs.testing import wait_until
 
 AGENTS = 6
 PER_AGENT = 12

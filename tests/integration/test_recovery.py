@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from tests.apps.agents import Recorder, Staller, read_events
-from tests.support.builders import texts, user, wait_for_status
+from tests.support.builders import texts, user, wait_for_status, wait_until
 from tests.support.processes import ROOT, worker_processes
 from think_jobs import StreamCallback, ThinkJobs
-from think_jobs.testing import wait_until, worker
+from think_jobs.testing import worker
 
 
 def test_stalled_model_interrupts_the_caller_once_and_a_continuation_finishes(

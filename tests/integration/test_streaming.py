@@ -6,9 +6,9 @@ import json
 import threading
 
 from tests.apps.agents import Recorder
-from tests.support.builders import directive, wait_for_status
+from tests.support.builders import directive, wait_for_status, wait_until
 from think_jobs import StreamEvent, ThinkJobs
-from think_jobs.testing import wait_until, worker
+from think_jobs.testing import worker
 
 WORDS = " ".join(f"w{i}" for i in range(40))
 

@@ -1,0 +1,285 @@
+"""``think-jobs beat`` and ``think-jobs worker`` as real subprocesses, on SQLite and PostgreSQL.
+
+Beat ticks every 0.2 s (``THINK_JOBS_BEAT_TICK_INTERVAL_S``); instead of waiting for a minute
+to pass, a test moves a row's ``next_run_at`` into the past (``make_due``) and waits for what
+the processes do about it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.apps.scheduled_agents import (
+    DIGEST_PROMPT,
+    Janitor,
+    Reporter,
+    make_due,
+    read_events,
+    stored,
+)
+from tests.support.builders import texts, wait_for_status
+from tests.support.processes import ROOT, WorkerProcess, worker_processes
+from think_jobs import SubmissionInspection, Think, ThinkJobs
+from think_jobs.scheduled_task import occurrence_key
+from think_jobs.scheduling import next_occurrence
+from think_jobs.testing import wait_until
+
+APP = "tests.apps.scheduled_agents:jobs"
+TICK = {"THINK_JOBS_BEAT_TICK_INTERVAL_S": "0.2"}
+CHANGED_CODE = {
+    "TJ_TEST_DIGEST_SCHEDULE": "every 2 hours",
+    "TJ_TEST_EXTRA_TASK": "1",
+    "TJ_TEST_DROP_NUDGE": "1",
+}
+
+
+class BeatProcess:
+    """One ``think-jobs beat`` subprocess; ready once it has reconciled the schedules."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        command = [sys.executable, "-m", "think_jobs.cli", "beat", "--app", APP, "-l", "INFO"]
+        self.process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.output: list[str] = []
+        self.ready = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.output.append(line)
+            if "schedules reconciled" in line:
+                self.ready.set()
+
+    def fired(self) -> list[str]:
+        """``<task> of <agent> for <occurrence>`` for every fire this beat sent."""
+        return [line.split("beat: fired ", 1)[1].strip() for line in self.lines("beat: fired ")]
+
+    def lines(self, needle: str) -> list[str]:
+        return [line for line in list(self.output) if needle in line]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+        self._reader.join(5)
+
+
+@contextmanager
+def beat_processes(env: dict[str, str], count: int = 1) -> Iterator[list[BeatProcess]]:
+    beats = [BeatProcess(env) for _ in range(count)]
+    try:
+        for beat in beats:
+            if not beat.ready.wait(30):
+                raise RuntimeError("beat did not start:\n" + "".join(beat.output[-40:]))
+        yield beats
+    finally:
+        for beat in beats:
+            beat.stop()
+
+
+def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "think_jobs.cli", *args, "--app", APP],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def output_of(processes: list[WorkerProcess] | list[BeatProcess]) -> str:
+    return "".join(line for process in processes for line in list(process.output))
+
+
+def submission_for(agent: Think, key: str) -> SubmissionInspection | None:
+    return next((s for s in agent.list_submissions(limit=100) if s.idempotency_key == key), None)
+
+
+@pytest.fixture
+def env(settings_env: dict[str, str]) -> dict[str, str]:
+    return {**settings_env, **TICK}
+
+
+@pytest.fixture
+def local(make_jobs: Callable[..., ThinkJobs]) -> ThinkJobs:
+    """This test process's view of the same database and Redis (arms agents, reads results)."""
+    jobs = make_jobs(beat_tick_interval_s=0.2)
+    jobs.register(Reporter)
+    jobs.register(Janitor)
+    return jobs
+
+
+def test_beat_and_a_worker_fire_an_every_minute_prompt(
+    local: ThinkJobs, env: dict[str, str]
+) -> None:
+    agent = local.get_agent(Reporter, "acme")
+    agent.start()
+    with worker_processes(env, count=1, app=APP), beat_processes(env) as beats:
+        due = make_due(agent, "digest")
+        key = occurrence_key("Reporter", "acme", "digest", due)
+        found = wait_until(lambda: submission_for(agent, key), 30, message=lambda: output_of(beats))
+        done = wait_for_status(agent, found.submission_id, "completed", timeout_s=30)
+        wait_until(lambda: beats[0].lines("Sending due task think_jobs.sweep"), 10)  # recovery
+    assert done.metadata == {
+        "kind": "digest",
+        "source": "scheduled-task",
+        "task_id": "digest",
+        "scheduled_for": due.isoformat(),
+        "schedule": "every 1 minute",
+    }
+    assert texts(agent)[:2] == [("user", DIGEST_PROMPT), ("assistant", f"Report: {DIGEST_PROMPT}")]
+    row = stored(agent)["digest"]
+    assert row.next_run_at > due and (row.next_run_at.second, row.next_run_at.microsecond) == (0, 0)
+    assert f"digest of Reporter:acme for {due.isoformat()}" in beats[0].fired()
+
+
+def test_two_beats_give_one_submission_per_occurrence(
+    local: ThinkJobs, env: dict[str, str]
+) -> None:
+    agents = [local.get_agent(Reporter, f"agent-{n}") for n in range(8)]
+    for agent in agents:
+        agent.start()
+    with worker_processes(env, count=2, app=APP) as workers, beat_processes(env, 2) as beats:
+        rounds = [fire_round(agents, beats, hours_back=hours) for hours in (0, 1, 2)]
+        fire_round(agents, beats, at=rounds[0], times=2)  # the first occurrences, once more
+        wait_until(lambda: output_of(workers).count(": duplicate ") >= len(agents), 30)
+    fired = [line for beat in beats for line in beat.fired()]
+    for times, dues in zip((2, 1, 1), rounds, strict=True):
+        assert [fired.count(fire_line(name, due)) for name, due in dues.items()] == [times] * 8
+    for agent in agents:
+        wanted = {key_for(dues[agent.name], agent.name) for dues in rounds}
+        found = [s.idempotency_key for s in agent.list_submissions(limit=100)]
+        assert sorted(key for key in found if key in wanted) == sorted(wanted)
+    print(f"claims per beat: {[len(beat.fired()) for beat in beats]}")
+
+
+def fire_round(
+    agents: Sequence[Think],
+    beats: list[BeatProcess],
+    *,
+    hours_back: int = 0,
+    at: dict[str, datetime] | None = None,
+    times: int = 1,
+) -> dict[str, datetime]:
+    """Make one occurrence of every agent's digest due; wait until the beats have fired each
+    ``times`` times in all and its submission exists. Returns the occurrences by agent name."""
+    dues = {
+        agent.name: make_due(
+            agent, "digest", hours_back=hours_back, at=None if at is None else at[agent.name]
+        )
+        for agent in agents
+    }
+
+    def all_fired() -> bool:
+        fired = [line for beat in beats for line in beat.fired()]
+        return all(fired.count(fire_line(name, due)) >= times for name, due in dues.items())
+
+    wait_until(all_fired, 30, message=lambda: output_of(beats)[-3000:])
+    for agent in agents:
+        key = key_for(dues[agent.name], agent.name)
+        wait_until(lambda a=agent, k=key: submission_for(a, k), 30)  # type: ignore[misc]
+    return dues
+
+
+def fire_line(name: str, due: datetime) -> str:
+    return f"digest of Reporter:{name} for {due.isoformat()}"
+
+
+def test_a_failing_handler_is_retried_three_times_and_its_schedule_goes_on(
+    local: ThinkJobs, env: dict[str, str]
+) -> None:
+    agent = local.get_agent(Janitor, "j")
+    agent.start()
+    with worker_processes(env, count=1, app=APP) as workers, beat_processes(env):
+        dues = []
+        for hours_back in (0, 1):  # this occurrence fails for good; the next one still fires
+            due = make_due(agent, "flaky", hours_back=hours_back)
+            key = occurrence_key("Janitor", "j", "flaky", due)
+            wait_until(lambda k=key: f"({k}) failed after 3 attempts" in output_of(workers), 30)  # type: ignore[misc]
+            assert stored(agent)["flaky"].next_run_at > datetime.now(UTC)
+            dues.append(due)
+    for due in dues:
+        key = occurrence_key("Janitor", "j", "flaky", due)
+        assert [e["attempt"] for e in read_events(local) if e["key"] == key] == [1, 2, 3]
+    logged = output_of(workers)
+    assert re.search(r"ERROR.*scheduled task flaky of Janitor:j .* failed after 3 attempts", logged)
+    assert "RuntimeError: upstream down (attempt 3)" in logged
+
+
+def test_a_schedule_changed_in_code_is_rearmed_when_beat_starts(
+    local: ThinkJobs, env: dict[str, str]
+) -> None:
+    agent = local.get_agent(Reporter, "acme")
+    agent.start()  # armed by the old code: every 1 minute, plus "nudge"
+    changed = {**env, **CHANGED_CODE}
+    started = datetime.now(UTC)
+    with worker_processes(changed, count=1, app=APP), beat_processes(changed) as beats:
+        rows = stored(agent)
+        assert sorted(rows) == ["digest", "weekly"]
+        assert rows["digest"].schedule == "every 2 hours"
+        assert rows["digest"].next_run_at in {
+            next_occurrence("every 2 hours", now=started),
+            next_occurrence("every 2 hours", now=datetime.now(UTC)),
+        }
+        due = make_due(agent, "digest")
+        found = wait_until(lambda: submission_for(agent, key_for(due)), 30)
+    assert found.metadata["schedule"] == "every 2 hours"
+    assert stored(agent)["digest"].next_run_at - due >= timedelta(hours=2)
+    assert "(1 armed, 1 re-armed, 1 removed)" in output_of(beats)
+
+
+def key_for(due: datetime, name: str = "acme") -> str:
+    return occurrence_key("Reporter", name, "digest", due)
+
+
+def test_the_cli_lists_next_runs_and_fires_a_task_now(
+    local: ThinkJobs, env: dict[str, str]
+) -> None:
+    agent = local.get_agent(Reporter, "acme")
+    agent.start()
+    rows = stored(agent)
+    listed = run_cli(env, "schedules", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    by_task = {row["task_id"]: row for row in json.loads(listed.stdout)}
+    assert sorted(by_task) == ["digest", "nudge"]
+    nudge = by_task["nudge"]
+    assert datetime.fromisoformat(nudge["next_run_at"]) == rows["nudge"].next_run_at
+    local_time = datetime.fromisoformat(nudge["next_run_local"])
+    assert (f"{local_time:%H:%M}", nudge["timezone"]) == ("09:00", "Europe/Paris")
+    table = run_cli(env, "schedules", "list").stdout
+    assert "NEXT (LOCAL)" in table and "Reporter:acme" in table and "every day at 09:00" in table
+
+    at = "2026-06-01T09:00:00+02:00"
+    fired = run_cli(env, "schedules", "run", "Reporter", "acme", "digest", "--at", at)
+    assert fired.returncode == 0, fired.stderr
+    submission = agent.inspect_submission(fired.stdout.strip())
+    assert submission is not None and submission.metadata is not None
+    assert submission.idempotency_key == key_for(datetime.fromisoformat(at))
+    again = run_cli(env, "schedules", "run", "Reporter", "acme", "digest", "--at", at)
+    assert (again.stdout, "already submitted" in again.stderr) == (fired.stdout, True)
+    unknown = run_cli(env, "schedules", "run", "Reporter", "acme", "nope")
+    assert unknown.returncode == 1 and 'no scheduled task "nope"' in unknown.stderr

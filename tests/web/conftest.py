@@ -1,0 +1,44 @@
+"""Fixtures of the web tests: a ThinkJobs with tokens and a webhook secret on this test's real
+database and Redis, the standalone app built on it, and a Flask test client."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from tests.apps.agents import Recorder, Support
+from tests.web.support import FULL_TOKEN, READ_TOKEN, SECRET_KEY, WEBHOOK_SECRET
+from think_jobs import ThinkJobs
+from web import create_app
+
+TEST_CONFIG = {
+    "TESTING": True,
+    "THINK_JOBS_SSE_HEARTBEAT_S": 0.5,
+    "THINK_JOBS_SSE_MAX_DURATION_S": 30.0,
+}
+
+
+@pytest.fixture
+def web_jobs(make_jobs: Callable[..., ThinkJobs]) -> ThinkJobs:
+    jobs = make_jobs(
+        api_tokens=FULL_TOKEN,
+        read_tokens=READ_TOKEN,
+        webhook_secret=WEBHOOK_SECRET,
+        secret_key=SECRET_KEY,
+    )
+    jobs.register(Recorder)
+    jobs.register(Support)
+    return jobs
+
+
+@pytest.fixture
+def app(web_jobs: ThinkJobs) -> Flask:
+    return create_app(web_jobs, TEST_CONFIG)
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()

@@ -1,0 +1,121 @@
+"""End to end in a real browser (Debian's chromium, headless, driven by Playwright): log in,
+submit through the API, watch the detail page render the stream live, cancel a slow turn.
+
+Screenshots go to $TJ_SCREENSHOT_DIR when set (``TJ_SCREENSHOT_DIR=docs`` refreshes the ones
+the README shows), else to the test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from flask import Flask
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+from werkzeug.serving import make_server
+
+from tests.support.builders import directive
+from tests.support.processes import ROOT, free_port
+from tests.web.conftest import TEST_CONFIG
+from tests.web.support import FULL, FULL_TOKEN
+from think_jobs import ThinkJobs
+from think_jobs.testing import worker
+from web import create_app
+
+pytestmark = [pytest.mark.slow, pytest.mark.parametrize("backend", ["postgres"])]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+WORDS = " ".join(f"word{i}" for i in range(12))
+
+
+@pytest.fixture
+def base_url(web_jobs: ThinkJobs) -> Iterator[str]:
+    app = create_app(web_jobs, {**TEST_CONFIG, "TESTING": False})
+    port = free_port()
+    server = make_server("127.0.0.1", port, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{port}"
+    server.shutdown()
+    thread.join(10)
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        found = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield found
+        found.close()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    target = os.environ.get("TJ_SCREENSHOT_DIR")
+    return (ROOT / target) if target else tmp_path
+
+
+def submit(app_client: object, name: str, **spec: object) -> str:
+    response = app_client.post(  # type: ignore[attr-defined]
+        f"/api/agents/Recorder/{name}/submissions",
+        headers=FULL,
+        json={"messages": [directive(**spec)]},
+    )
+    assert response.status_code == 202
+    return str(response.json["submission_id"])
+
+
+def test_log_in_watch_a_turn_stream_live_and_cancel_a_slow_one(
+    base_url: str, browser: Browser, web_jobs: ThinkJobs, app: Flask, shots: Path
+) -> None:
+    page = browser.new_page(viewport={"width": 1200, "height": 760})
+    page.goto(f"{base_url}/admin/")
+    expect(page.get_by_role("heading", name="Log in")).to_be_visible()
+    page.fill("#tj-token", FULL_TOKEN)
+    page.click("button[type=submit]")
+    expect(page.get_by_role("heading", name="Agents")).to_be_visible()
+
+    api = app.test_client()
+    finished = submit(api, "support-42", label="live", text=WORDS, delay_s=0.05)
+    slow = submit(api, "support-7", label="slow", text=WORDS, stall_after=3)
+    page.goto(f"{base_url}/admin/agents/Recorder/support-42/requests/{finished}")
+    expect(page.locator(".tj-status").first).to_have_text("pending")
+    assert page.locator("#tj-output").inner_text() == ""  # nothing rendered by the server yet
+
+    with worker(web_jobs, concurrency=2):
+        expect(page.locator("#tj-output")).to_contain_text("word3")  # arriving over SSE
+        expect(page.locator("#tj-output")).to_have_text(WORDS, timeout=30_000)
+        expect(page.locator(".tj-status").first).to_have_text("completed")
+        expect(page.get_by_role("button", name="Cancel")).to_be_hidden()
+        page.reload()  # the server's record of the finished turn
+        expect(page.get_by_role("button", name="Delete")).to_be_visible()
+        expect(page.locator("#tj-output")).to_have_text(WORDS)
+        page.screenshot(path=str(shots / "admin-detail.png"))
+
+        page.goto(f"{base_url}/admin/agents/Recorder/support-7/requests/{slow}")
+        expect(page.locator("#tj-output")).to_have_text("word0 word1 word2 ", timeout=30_000)
+        expect(page.locator(".tj-status").first).to_have_text("running")
+        page.get_by_role("button", name="Cancel").click()
+        expect(page.locator(".tj-status").first).to_have_text("aborted")
+        expect(page.get_by_text("Cancel requested for")).to_be_visible()
+        assert "word3" not in page.locator("#tj-output").inner_text()
+
+    take_overview_shots(page, base_url, shots)
+
+
+def take_overview_shots(page: Page, base_url: str, shots: Path) -> None:
+    page.goto(f"{base_url}/admin/")
+    expect(page.get_by_role("link", name="support-42")).to_be_visible()
+    page.screenshot(path=str(shots / "admin-agents.png"))
+    page.goto(f"{base_url}/admin/agents/Recorder/support-7/")
+    expect(page.locator(".tj-status-aborted").first).to_be_visible()
+    page.screenshot(path=str(shots / "admin-submissions.png"))
