@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from think_jobs import execution, queueing
+from think_jobs import execution, queueing, tracing
 from think_jobs.callbacks import ChatStartEvent, call_optional
 from think_jobs.context import utcnow
 from think_jobs.db import agents as agent_ops
@@ -90,6 +90,7 @@ def _admit(agent: Think, request: BlockingRequest, request_id: str) -> TurnRecor
             continuation=request.continuation,
             metadata=request.metadata,
             caller_expires_at=now + timedelta(seconds=jobs.settings.lease_ttl_s),
+            trace_context=tracing.carrier(),
             created_at=now,
         )
     return admission.turn

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from think_jobs import tracing
 from think_jobs.assembly import MessageAssembler
 from think_jobs.chunks import (
     AbortChunk,
@@ -84,7 +85,8 @@ class TurnRunner:
         for step in range(self.max_steps):
             self._check_stop()
             self._send(StartStepChunk())
-            self._stream_step(step)
+            with tracing.span("think_jobs.model_step", attributes={"think_jobs.step": step}):
+                self._stream_step(step)
             self._send(FinishStepChunk())
             if not self._run_pending_tools():
                 return
@@ -125,7 +127,11 @@ class TurnRunner:
                 if tool is None and part.provider_executed:
                     continue
                 self._check_stop()
-                self._send(_execute_tool(tool, part.tool_name, part.tool_call_id, part.input))
+                with tracing.span(
+                    "think_jobs.tool", attributes={"think_jobs.tool": part.tool_name}
+                ):
+                    result = _execute_tool(tool, part.tool_name, part.tool_call_id, part.input)
+                self._send(result)
                 ran = True
         return ran
 

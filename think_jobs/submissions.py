@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import exc
 
-from think_jobs import cancellation, metrics, queueing, validation
+from think_jobs import cancellation, metrics, queueing, tracing, validation
 from think_jobs.context import utcnow
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.turns import TurnRecord
@@ -71,7 +71,8 @@ def submit(
         "messages": wire,
         "trigger": trigger,
     }
-    admission = _admit(agent, values)
+    with tracing.span("think_jobs.accept", attributes={"think_jobs.agent_type": agent.agent_type}):
+        admission = _admit(agent, {**values, "trace_context": tracing.carrier()})
     _observe(agent, admission)
     if admission.accepted:
         agent._notify_submission(admission.turn, "pending")

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from think_jobs import continuation, metrics
+from think_jobs import continuation, metrics, tracing
 from think_jobs.assembly import MessageAssembler
 from think_jobs.callbacks import call_optional
 from think_jobs.chunks import Chunk, is_content_chunk
@@ -104,6 +104,21 @@ class TurnRun:
     # -- the attempt ---------------------------------------------------------------------------
 
     def perform(self) -> TurnResult:
+        self._record_queue_wait()
+        attributes = {f"think_jobs.{key}": value for key, value in self.log_fields().items()}
+        with tracing.span("think_jobs.turn", parent=self.turn.trace_context, attributes=attributes):
+            return self._perform()
+
+    def _record_queue_wait(self) -> None:
+        if self.turn.attempt == 1 and self.turn.started_at is not None:
+            tracing.record_span(
+                "think_jobs.queue_wait",
+                start=self.turn.created_at,
+                end=self.turn.started_at,
+                parent=self.turn.trace_context,
+            )
+
+    def _perform(self) -> TurnResult:
         log.info("turn started", extra=self.log_fields())
         self._observe_queue_wait()
         self.agent._notify_submission(self.turn, "running")

@@ -107,6 +107,7 @@ class TurnRow(Base):
     assistant_message_id: Mapped[str | None] = mapped_column(String(255))
     messages_applied: Mapped[bool] = mapped_column(Boolean, default=False)
     caller_expires_at: Mapped[datetime | None]
+    trace_context: Mapped[dict[str, Any] | None]
     created_at: Mapped[datetime]
     started_at: Mapped[datetime | None]
     completed_at: Mapped[datetime | None]

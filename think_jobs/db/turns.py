@@ -38,6 +38,7 @@ class TurnRecord:
     assistant_message_id: str | None
     messages_applied: bool
     caller_expires_at: datetime | None
+    trace_context: dict[str, Any] | None
     created_at: datetime
     started_at: datetime | None
     completed_at: datetime | None
@@ -64,6 +65,7 @@ _INSERT_DEFAULTS: dict[str, Any] = {
     "error": None,
     "assistant_message_id": None,
     "caller_expires_at": None,
+    "trace_context": None,
     "started_at": None,
     "completed_at": None,
 }
