@@ -27,7 +27,8 @@ def web(app_spec: str | None, host: str, port: int) -> None:
     from think_jobs.cli import load_app
     from web import create_app
 
-    create_app(load_app(app_spec)).run(host=host, port=port, threaded=True)
+    plain_http = {"SESSION_COOKIE_SECURE": False}  # the dev server speaks http://
+    create_app(load_app(app_spec), plain_http).run(host=host, port=port, threaded=True)
 
 
 @click.command()

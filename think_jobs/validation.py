@@ -41,7 +41,14 @@ def optional_id(value: str | None, name: str) -> str | None:
         raise InvalidInputError(f"{name} must be a non-empty string")
     if len(value) > _MAX_ID_LENGTH:
         raise InvalidInputError(f"{name} is longer than {_MAX_ID_LENGTH} characters")
+    if has_control_characters(value):
+        raise InvalidInputError(f"{name} must not contain control characters")
     return value
+
+
+def has_control_characters(value: str) -> bool:
+    """NUL and the other C0 controls are refused in ids and names (PostgreSQL rejects NUL)."""
+    return any(ord(character) < 32 or ord(character) == 127 for character in value)
 
 
 def json_object(

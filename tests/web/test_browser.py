@@ -52,6 +52,8 @@ def base_url(web_jobs: ThinkJobs) -> Iterator[str]:
 
 @pytest.fixture
 def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        raise RuntimeError(f"{CHROMIUM} is missing: apt-get install -y chromium (Debian's build)")
     with sync_playwright() as playwright:
         found = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield found

@@ -88,7 +88,7 @@ def test_fuzz_the_api_against_its_document(web_jobs: ThinkJobs, mode: Generation
 
     @given(case=st.one_of(*strategies).filter(one_idempotency_key))
     @settings(
-        max_examples=300,
+        max_examples=200,
         deadline=None,
         database=None,
         suppress_health_check=list(HealthCheck),

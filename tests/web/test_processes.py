@@ -1,5 +1,5 @@
-"""The app in real server processes: gunicorn with 2 workers x 4 threads serving 20 concurrent
-SSE streams and API calls, and ``python -m web dev`` printing its generated token."""
+"""The app under gunicorn: 2 workers x 4 threads serve 20 concurrent SSE streams and API calls.
+(``think-jobs dev``, which prints a generated token, is covered by tests/acceptance.)"""
 
 from __future__ import annotations
 
@@ -170,23 +170,3 @@ def test_gunicorn_two_workers_four_threads_serve_twenty_streams_and_api_calls(
         assert seqs == list(range(len(seqs)))
         assert json.loads(events[-2].data)["data"]["status"] == "completed"
     assert "Traceback" not in server.describe(), server.describe()
-
-
-def test_dev_command_prints_a_generated_token_and_keeps_auth_on(
-    settings_env: dict[str, str],
-) -> None:
-    port = free_port()
-    env = {**settings_env, "THINK_JOBS_APP": "tests.apps.agents:jobs"}
-    env.pop("THINK_JOBS_API_TOKENS", None)
-    command = [sys.executable, "-m", "web", "dev", "--port", str(port)]
-    with serving(command, env, port) as server:
-        wait_until(lambda: any("token" in line for line in server.output), 10)
-        line = next(line for line in server.output if "token (this run only)" in line)
-        token = line.rsplit(" ", 1)[1].strip()
-        assert server.request("GET", "/api/agents")[0] == 401
-        status, body = server.request(
-            "GET", "/api/agents", headers={"Authorization": f"Bearer {token}"}
-        )
-        assert status == 200 and "Recorder" in body["agent_types"]
-        request_log = [line for line in server.output if "GET /api/agents" in line]
-        assert request_log and not any(token in line for line in request_log)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, or_, select, update
+from sqlalchemy import Connection, case, func, or_, select, update
 
 from think_jobs.db.dialect import insert_ignoring_conflicts
 from think_jobs.db.tables import agents, turns
@@ -126,8 +126,8 @@ def list_agents(conn: Connection) -> list[dict[str, Any]]:
     counts = (
         select(
             turns.c.agent_id,
-            func.sum(func.cast(turns.c.status == "pending", agents.c.admitted.type)).label("p"),
-            func.sum(func.cast(turns.c.status == "running", agents.c.admitted.type)).label("r"),
+            func.sum(case((turns.c.status == "pending", 1), else_=0)).label("p"),
+            func.sum(case((turns.c.status == "running", 1), else_=0)).label("r"),
         )
         .where(turns.c.status.in_(("pending", "running")))
         .group_by(turns.c.agent_id)

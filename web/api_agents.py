@@ -1,0 +1,41 @@
+"""``/api/agents``: which agents exist (with pending/running counts), and an agent's messages."""
+
+from __future__ import annotations
+
+from flask import Response
+
+from think_jobs.db import agents as agent_ops
+from web import auth, params
+from web.extension import current_extension
+from web.openapi import api_blueprint, operation
+from web.schemas import AgentList, AgentSummary, MessageList
+
+bp = api_blueprint("think_jobs_api_agents", __name__)
+
+
+def agent_list() -> AgentList:
+    jobs = current_extension().jobs
+    with jobs.db.read() as conn:
+        rows = agent_ops.list_agents(conn)
+    return AgentList(agent_types=jobs.agent_types, agents=[AgentSummary(**row) for row in rows])
+
+
+@bp.get("/agents")
+@operation(
+    summary="List agents with pending and running counts", tag="agents", responses={200: AgentList}
+)
+@auth.requires(auth.READ)
+def list_agents() -> Response:
+    return params.model_response(agent_list())
+
+
+@bp.get("/agents/<agent_type>/<agent_name>/messages")
+@operation(
+    summary="An agent's conversation (AI SDK UIMessages)",
+    tag="agents",
+    responses={200: MessageList},
+)
+@auth.requires(auth.READ)
+def messages(agent_type: str, agent_name: str) -> Response:
+    agent = params.agent(agent_type, agent_name)
+    return params.model_response(MessageList(messages=[m.to_wire() for m in agent.get_messages()]))

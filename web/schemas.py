@@ -1,0 +1,144 @@
+"""Request and response bodies of the HTTP API, as pydantic models.
+
+Fields are snake_case; messages and chunks keep the AI SDK's camelCase wire names (they are
+``UIMessage``/chunk JSON as the core stores them). The OpenAPI document is generated from these
+models (``web.openapi``), so a field added here is documented there.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PlainValidator, StringConstraints
+
+from think_jobs.messages import UIMessage
+from think_jobs.results import SubmissionInspection, SubmissionStatus, SubmitMessagesResult
+
+# PostgreSQL text cannot hold NUL, and ids travel in URLs: refuse them at the edge.
+Identifier = Annotated[
+    str, StringConstraints(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]+$")
+]
+AgentName = Annotated[
+    str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f/]+$")
+]
+Reason = Annotated[str, StringConstraints(max_length=2000, pattern=r"^[^\x00]*$")]
+
+
+def _message_list(value: Any) -> list[Any]:
+    """Only the list shape is checked here; the core validates each message and names the
+    bad field (``messages[0].parts[1].text: Field required``)."""
+    if not isinstance(value, list):
+        raise ValueError("expected a list of messages")
+    return value
+
+
+# Documented as UIMessage[], validated by the core: its errors are the contract.
+WireMessages = Annotated[
+    list[Any], PlainValidator(_message_list, json_schema_input_type=list[UIMessage])
+]
+
+
+class StrictModel(BaseModel):
+    """Unknown fields are errors; instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SubmitBody(StrictModel):
+    """``POST .../submissions``. Messages are validated by the core (errors name the field)."""
+
+    messages: WireMessages = Field(json_schema_extra={"minItems": 1})
+    submission_id: Identifier | None = None
+    idempotency_key: Identifier | None = Field(
+        None, description="Also accepted as the Idempotency-Key header."
+    )
+    metadata: dict[str, Any] | None = None
+
+
+class CancelBody(StrictModel):
+    """Optional body of the cancel endpoints; ``reason`` becomes the submission's ``error``."""
+
+    reason: Reason | None = None
+
+
+class ListQuery(StrictModel):
+    """Query of ``GET .../submissions``: ``status`` may repeat or be comma-separated."""
+
+    status: list[SubmissionStatus] | None = None
+    limit: int = Field(50, ge=1, le=100)
+
+
+class DeleteManyQuery(StrictModel):
+    """Query of ``DELETE .../submissions``; only terminal submissions are ever deleted."""
+
+    status: list[SubmissionStatus] | None = None
+    completed_before: AwareDatetime | None = None
+    limit: int = Field(100, ge=1, le=500)
+
+
+class StreamQuery(StrictModel):
+    """Query of the SSE stream; the ``Last-Event-ID`` header wins when it is later."""
+
+    after_seq: int | None = Field(None, ge=-1)
+
+
+class AgentSummary(StrictModel):
+    agent_type: str
+    agent_name: str
+    pending: int
+    running: int
+
+
+class AgentList(StrictModel):
+    agent_types: list[str] = Field(description="Registered agent classes.")
+    agents: list[AgentSummary] = Field(description="Agents that exist (were written to).")
+
+
+class SubmissionList(StrictModel):
+    submissions: list[SubmissionInspection]
+
+
+class MessageList(StrictModel):
+    """The conversation in AI SDK wire form (``UIMessage`` JSON, camelCase keys)."""
+
+    messages: WireMessages
+
+
+class DeleteResult(StrictModel):
+    deleted: int
+
+
+class RequestCancelled(StrictModel):
+    request_id: str
+
+
+class HealthReport(StrictModel):
+    status: Literal["ok", "unavailable"]
+    database: Literal["ok", "unavailable"]
+    redis: Literal["ok", "unavailable"]
+
+
+class ErrorDetail(StrictModel):
+    type: str
+    message: str
+    details: Any = None
+
+
+class ErrorBody(StrictModel):
+    error: ErrorDetail
+
+
+SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
+    AgentList,
+    CancelBody,
+    DeleteResult,
+    ErrorBody,
+    HealthReport,
+    MessageList,
+    RequestCancelled,
+    SubmissionInspection,
+    SubmissionList,
+    SubmitBody,
+    SubmitMessagesResult,
+    UIMessage,
+)

@@ -1,0 +1,145 @@
+"""A request's stream as Server-Sent Events in the AI SDK "UI message stream" protocol (v1).
+
+Each chunk is ``id: <seq>`` + ``data: <chunk JSON>``; the final ``done`` event becomes a
+transient ``data-think-status`` chunk (a valid AI SDK data part carrying the final status) and
+then ``data: [DONE]``. Comments (``: ping``) keep proxies from timing the connection out.
+
+One response must not pin a server thread forever. The core follower is read in windows of
+``heartbeat_s``: after each window the client gets a ping, which is also how a vanished client
+is detected (the write fails and the server closes this generator, which closes the Redis
+subscription). After ``max_duration_s`` the response ends without ``[DONE]``; an EventSource
+reconnects with ``Last-Event-ID`` and resumes where it stopped. A turn that is over but whose
+``done`` event never reached Redis ends after two idle windows with the database status.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from flask import Response
+
+from think_jobs.errors import StorageUnavailableError
+from think_jobs.results import TERMINAL_STATUSES, StreamEvent
+from web.extension import StreamLimits
+
+log = logging.getLogger(__name__)
+DONE = "data: [DONE]\n\n"
+PING = ": ping\n\n"
+HEADERS = {
+    "Cache-Control": "no-cache, no-transform",
+    "X-Accel-Buffering": "no",
+    "x-vercel-ai-ui-message-stream": "v1",
+}
+_TERMINAL = frozenset(status.value for status in TERMINAL_STATUSES)
+
+
+@dataclass(frozen=True)
+class StreamSource:
+    """Where the events of one request come from (the agent, bound by the view)."""
+
+    follow: Callable[[int, float], Iterator[StreamEvent]]  # (after_seq, timeout_s)
+    status: Callable[[], str | None]  # the turn's stored status
+    done_seq: Callable[[], int | None]  # seq of the buffered ``done`` event, if any
+
+
+def status_chunk(status: str | None, error: str | None) -> dict[str, Any]:
+    data = {"status": status, "error": error}
+    return {"type": "data-think-status", "data": data, "transient": True}
+
+
+def _data(payload: dict[str, Any], seq: int | None = None) -> str:
+    line = "data: " + json.dumps(payload, separators=(",", ":"), ensure_ascii=False) + "\n\n"
+    return line if seq is None else f"id: {seq}\n{line}"
+
+
+def format_event(event: StreamEvent) -> str:
+    if event.done:
+        return _data(status_chunk(event.status, event.error), event.seq) + DONE
+    return _data(event.chunk or {}, event.seq)
+
+
+def parse_event_id(value: str | None) -> int | None:
+    """``Last-Event-ID`` as a seq; anything else is ignored (the stream restarts)."""
+    if value is None or not value.strip().isdigit():
+        return None
+    return int(value.strip())
+
+
+class _Reader:
+    """One SSE response: the last seq sent, the deadline, and the stalled-``done`` guard."""
+
+    def __init__(self, source: StreamSource, after_seq: int, limits: StreamLimits) -> None:
+        self.source = source
+        self.last_seq = after_seq
+        self.limits = limits
+        self.deadline = time.monotonic() + limits.max_duration_s
+        self.terminal_windows = 0
+
+    def window(self) -> Generator[str, None, bool]:
+        """Follow for one heartbeat window; True when the response is over (``done`` sent,
+        or the maximum duration reached)."""
+        timeout_s = min(self.limits.heartbeat_s, self.deadline - time.monotonic())
+        if timeout_s <= 0:
+            return True
+        events = self.source.follow(self.last_seq, timeout_s)
+        try:
+            for event in events:
+                self.last_seq = event.seq
+                yield format_event(event)
+                if event.done:
+                    return True
+        except TimeoutError:
+            return False
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+        return True
+
+    def over_without_done(self) -> bool:
+        """The database says the turn ended, for two windows running, yet no ``done`` came."""
+        status = self.source.status()
+        ended = status is None or status in _TERMINAL
+        self.terminal_windows = self.terminal_windows + 1 if ended else 0
+        return self.terminal_windows >= 2
+
+    def already_done(self) -> bool:
+        done_seq = self.source.done_seq()
+        return done_seq is not None and done_seq <= self.last_seq
+
+
+def events(source: StreamSource, *, after_seq: int | None, limits: StreamLimits) -> Iterator[str]:
+    """The SSE text of one request, replayed after ``after_seq`` and then live.
+
+    If Redis or the database fails mid-stream the response ends without ``[DONE]`` (the
+    status line is already sent); an EventSource reconnects and resumes.
+    """
+    try:
+        yield from _events(source, after_seq, limits)
+    except (StorageUnavailableError, redis.RedisError) as error:
+        log.warning("SSE stream ended early: %s", error)
+
+
+def _events(source: StreamSource, after_seq: int | None, limits: StreamLimits) -> Iterator[str]:
+    reader = _Reader(source, -1 if after_seq is None else after_seq, limits)
+    yield "retry: 3000\n\n"  # sends the headers now, even if the turn is still queued
+    if reader.already_done():
+        yield DONE
+        return
+    while True:
+        if (yield from reader.window()):
+            return
+        if reader.over_without_done():
+            yield _data(status_chunk(source.status(), None)) + DONE
+            return
+        yield PING
+
+
+def response(body: Iterator[str]) -> Response:
+    return Response(body, mimetype="text/event-stream", headers=HEADERS)
