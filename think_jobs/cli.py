@@ -112,12 +112,16 @@ def demo(database_url: str | None) -> None:
 
 
 def _add_commands() -> None:
-    from think_jobs.cli_dev import dev, web
+    from importlib.metadata import entry_points
+
+    from think_jobs.cli_dev import dev
     from think_jobs.cli_schedules import beat, schedules
     from think_jobs.cli_submissions import submissions, submit, tail
 
-    for command in (beat, schedules, dev, web, submit, tail, submissions):
+    for command in (beat, schedules, dev, submit, tail, submissions):
         main.add_command(command)
+    for plugin in entry_points(group="think_jobs.commands"):  # e.g. ``web`` from the web package
+        main.add_command(plugin.load(), plugin.name)
 
 
 _add_commands()

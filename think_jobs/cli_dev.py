@@ -1,4 +1,4 @@
-"""``think-jobs web`` and ``think-jobs dev`` (worker + beat + web in one command, for laptops)."""
+"""``think-jobs dev``: worker, beat and web in one command, for laptops."""
 
 from __future__ import annotations
 
@@ -16,19 +16,6 @@ import click
 
 _APP_HELP = "The ThinkJobs object as module:attribute (default: $THINK_JOBS_APP)."
 EXAMPLES_APP = "think_jobs.examples:jobs"
-
-
-@click.command()
-@click.option("--app", "-A", "app_spec", default=None, help=_APP_HELP)
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=int)
-def web(app_spec: str | None, host: str, port: int) -> None:
-    """Serve the web app (development server; use gunicorn "web:create_app()" in production)."""
-    from think_jobs.cli import load_app
-    from web import create_app
-
-    plain_http = {"SESSION_COOKIE_SECURE": False}  # the dev server speaks http://
-    create_app(load_app(app_spec), plain_http).run(host=host, port=port, threaded=True)
 
 
 @click.command()
