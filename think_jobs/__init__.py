@@ -21,6 +21,7 @@ from think_jobs.errors import (
     StorageUnavailableError,
     SubmissionConflictError,
     ThinkJobsError,
+    TurnFailedError,
 )
 from think_jobs.messages import UIMessage
 from think_jobs.models.base import Model, ModelRequest
@@ -69,6 +70,7 @@ __all__ = [
     "ThinkJobsError",
     "Tool",
     "TurnContext",
+    "TurnFailedError",
     "UIMessage",
     "tool",
 ]

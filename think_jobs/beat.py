@@ -4,12 +4,12 @@ A static ``beat_schedule`` cannot work here: every agent has its own occurrences
 and go while beat runs, and a restart must not forget what was due. So the schedule lives in
 ``think_schedules`` and this scheduler, every ``beat_tick_interval_s``:
 
-1. claims the due rows in one write transaction: a conditional UPDATE moves each row's
-   ``next_run_at`` from the occurrence it saw to the next one after now (whole intervals, so
-   a beat that was down fires once, not once per missed interval). Only one of several beats
-   can move a row from a given value, so each occurrence is claimed once;
-2. after the commit, sends ``think_jobs.fire_schedule`` per claim; a worker fires it. A claim
-   whose message cannot be sent is given back, so the next tick tries again.
+1. claims the due rows: a conditional UPDATE moves each row's ``next_run_at`` from the
+   occurrence it saw to the next one after now (whole intervals, so a beat that was down
+   fires once, not once per missed interval). Only one of several beats can move a row from
+   a given value, so each occurrence is claimed once;
+2. after the commit, sends ``think_jobs.fire_schedule`` per claim; a worker fires it. When
+   the broker is down, the claims not sent are given back and the next tick tries again.
 
 It also reconciles the stored schedules with the code (at start and every
 ``RECONCILE_INTERVAL_S``), sends ``think_jobs.sweep`` every ``sweep_interval_s``, and still
@@ -66,51 +66,77 @@ class Claim:
 
 
 def fire_due(jobs: ThinkJobs, *, now: datetime | None = None, limit: int = CLAIM_BATCH) -> int:
-    """Claim up to ``limit`` due occurrences and send their fires; returns how many claimed."""
+    """Claim up to ``limit`` due occurrences and send their fires; returns how many were sent
+    (when the broker is down, the claims not sent are given back)."""
     claims = claim_due(jobs, now=now or utcnow(), limit=limit)
-    for claim in claims:
-        send_fire(jobs, claim)
+    for index, claim in enumerate(claims):
+        if not send_fire(jobs, claim):  # do not wait on a dead broker once per claim
+            give_back(jobs, claims[index:])
+            return index
     return len(claims)
 
 
 def claim_due(jobs: ThinkJobs, *, now: datetime, limit: int = CLAIM_BATCH) -> list[Claim]:
-    """Take the due occurrences no other beat took, arming each row's next one."""
-    with jobs.db.write() as conn:
+    """Take the due occurrences no other beat took, arming each row's next one.
+
+    The look is a read (an idle tick takes no write lock); rows due at the same instant with
+    the same schedule are claimed by one conditional UPDATE, so 10,000 agents with a daily
+    report at 09:00 cost a few statements, not 10,000.
+    """
+    with jobs.db.read() as conn:
         rows = schedule_ops.due(conn, jobs.agent_types, now=now, limit=limit)
-        claims = [_claim_row(conn, row, now) for row in rows]
-    return [claim for claim in claims if claim is not None]
+    if not rows:
+        return []
+    groups: dict[tuple[str, str | None, datetime], list[StoredSchedule]] = {}
+    for row in rows:
+        groups.setdefault((row.schedule, row.timezone, row.next_run_at), []).append(row)
+    with jobs.db.write() as conn:
+        return [claim for group in groups.values() for claim in _claim_group(conn, group, now)]
 
 
 def send_fire(jobs: ThinkJobs, claim: Claim) -> bool:
-    """Ask a worker to fire ``claim``; on a broker failure give the occurrence back."""
+    """Ask a worker to fire ``claim``; False (logged) if the broker cannot be reached."""
     try:
         jobs.celery.send_task(
             schedules.FIRE_TASK,
             args=[claim.agent_id, claim.task_id, claim.due_at.isoformat()],
             queue=jobs.settings.queue,
+            ignore_result=True,
             retry=True,
             retry_policy=_SEND_RETRY_POLICY,
         )
     except Exception as error:  # kombu raises several unrelated types when the broker is down
         log.warning("could not send %s of %s (next tick retries): %s", *_named(claim), error)
-        with jobs.db.write() as conn:
-            schedule_ops.unclaim(
-                conn, claim.schedule_id, due_at=claim.due_at, next_run_at=claim.next_run_at
-            )
         return False
     log.info("think-jobs beat: fired %s of %s for %s", *_named(claim), claim.due_at.isoformat())
     return True
 
 
-def _claim_row(conn: Connection, row: StoredSchedule, now: datetime) -> Claim | None:
+def give_back(jobs: ThinkJobs, claims: list[Claim]) -> None:
+    """Make unsent claims due again (unless their row moved since), for the next tick."""
+    with jobs.db.write() as conn:
+        for claim in claims:
+            schedule_ops.unclaim(
+                conn, claim.schedule_id, due_at=claim.due_at, next_run_at=claim.next_run_at
+            )
+
+
+def _claim_group(conn: Connection, rows: list[StoredSchedule], now: datetime) -> list[Claim]:
+    """Claim rows that share a schedule and a due instant (so their next run is the same)."""
+    first = rows[0]
     try:
-        schedule = _parsed(row.schedule, row.timezone)
+        schedule = _parsed(first.schedule, first.timezone)
     except ScheduleError as error:
-        log.error("stored schedule of %s %s cannot be used: %s", row.task_id, row.agent_id, error)
-        return None
-    following = next_occurrence(schedule, now=now, previous=row.next_run_at)
-    if not schedule_ops.claim(conn, row.id, due_at=row.next_run_at, next_run_at=following, now=now):
-        return None
+        log.error("stored schedule %r cannot be used: %s", first.schedule, error)
+        return []
+    following = next_occurrence(schedule, now=now, previous=first.next_run_at)
+    taken = schedule_ops.claim(
+        conn, [row.id for row in rows], due_at=first.next_run_at, next_run_at=following, now=now
+    )
+    return [_claim_of(row, following) for row in rows if row.id in taken]
+
+
+def _claim_of(row: StoredSchedule, following: datetime) -> Claim:
     address = f"{row.agent_type}:{row.agent_name}"
     return Claim(row.id, row.agent_id, address, row.task_id, row.next_run_at, following)
 

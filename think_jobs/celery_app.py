@@ -22,8 +22,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_SIX_HOURS_S = 6 * 3600
-
 
 def create_celery_app(jobs: ThinkJobs) -> Celery:
     settings = jobs.settings
@@ -39,7 +37,7 @@ def create_celery_app(jobs: ThinkJobs) -> Celery:
         task_default_queue=settings.queue,
         broker_connection_retry_on_startup=True,
         broker_transport_options={
-            "visibility_timeout": _SIX_HOURS_S,
+            "visibility_timeout": settings.broker_visibility_timeout_s,
             "socket_connect_timeout": 2,
         },
         enable_utc=True,

@@ -32,6 +32,7 @@ class Dispatcher:
                 DRAIN_TASK,
                 args=[agent_id],
                 queue=settings.queue,
+                ignore_result=True,
                 retry=True,
                 retry_policy={
                     "max_retries": 1,

@@ -12,7 +12,8 @@
     ├── SubmissionConflictError     submission id and idempotency key name different submissions
     ├── NestedTurnError             (also RuntimeError) a blocking turn asked for from inside a turn
     ├── StorageUnavailableError     the database could not be reached; the operation did not happen
-    └── BrokerUnavailableError      Redis / the Celery broker could not be reached
+    ├── BrokerUnavailableError      Redis / the Celery broker could not be reached
+    └── TurnFailedError             a workflow step's turn ended error, aborted or skipped
 
 Third-party failures (SQLAlchemy, redis-py, kombu) are mapped at the boundary with
 ``raise ... from exc`` so the cause stays attached.
@@ -65,6 +66,25 @@ class BrokerUnavailableError(ThinkJobsError):
     """Redis or the Celery broker could not be reached."""
 
 
+class TurnFailedError(ThinkJobsError):
+    """A workflow step's turn ended ``error``, ``aborted`` or ``skipped`` (or its submission
+    was deleted while the step waited); the step fails with it.
+
+    ``args`` are ``(message, submission_id, status)`` so the error keeps its fields through
+    Celery's JSON result backend (``AsyncResult.get()`` raises it again in the caller).
+    """
+
+    def __init__(
+        self, message: str, submission_id: str | None = None, status: str | None = None
+    ) -> None:
+        super().__init__(message, submission_id, status)
+        self.submission_id = submission_id
+        self.status = status
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 __all__ = [
     "AgentNotRegisteredError",
     "BrokerUnavailableError",
@@ -77,4 +97,5 @@ __all__ = [
     "StorageUnavailableError",
     "SubmissionConflictError",
     "ThinkJobsError",
+    "TurnFailedError",
 ]

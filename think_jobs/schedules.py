@@ -218,8 +218,10 @@ def fire_metadata(ctx: ScheduleContext) -> dict[str, Any]:
 
 
 def retry_backoff_s(jobs: ThinkJobs, attempt: int) -> float:
-    """Wait before attempt ``attempt + 1``: the beat tick, doubled per attempt, capped."""
-    return float(min(jobs.settings.beat_tick_interval_s * 2 ** (attempt - 1), MAX_RETRY_BACKOFF_S))
+    """Wait before attempt ``attempt + 1``: ``schedule_retry_backoff_s``, doubled per attempt,
+    capped."""
+    base = jobs.settings.schedule_retry_backoff_s
+    return float(min(base * 2 ** (attempt - 1), MAX_RETRY_BACKOFF_S))
 
 
 def _act(agent: Think, code: CodeTask, ctx: ScheduleContext) -> SubmitMessagesResult | None:

@@ -57,6 +57,9 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(1_048_576, ge=1024)
 
     beat_tick_interval_s: float = Field(5.0, gt=0)
+    schedule_retry_backoff_s: float = Field(5.0, gt=0)
+    broker_visibility_timeout_s: float = Field(21_600, gt=0)
+    result_backend_url: str | None = None
 
     log_json: bool = False
     log_content: bool = False

@@ -64,7 +64,9 @@ def submit(
     wire = validation.submission_messages(messages, jobs.settings)
     values = {
         "submission_id": validation.optional_id(submission_id, "submission_id"),
-        "idempotency_key": validation.optional_id(idempotency_key, "idempotency_key"),
+        "idempotency_key": validation.optional_id(
+            idempotency_key, "idempotency_key", max_length=validation.MAX_IDEMPOTENCY_KEY_LENGTH
+        ),
         "metadata": validation.json_object(
             metadata, "metadata", max_bytes=jobs.settings.max_metadata_bytes
         ),

@@ -13,6 +13,7 @@ from think_jobs.settings import Settings
 
 EMPTY_SUBMISSION = "submit_messages requires at least one message"
 _MAX_ID_LENGTH = 255
+MAX_IDEMPOTENCY_KEY_LENGTH = 512
 
 
 def submission_messages(
@@ -34,13 +35,13 @@ def submission_messages(
     return [message.to_wire() for message in coerce_messages(items)]
 
 
-def optional_id(value: str | None, name: str) -> str | None:
+def optional_id(value: str | None, name: str, *, max_length: int = _MAX_ID_LENGTH) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
         raise InvalidInputError(f"{name} must be a non-empty string")
-    if len(value) > _MAX_ID_LENGTH:
-        raise InvalidInputError(f"{name} is longer than {_MAX_ID_LENGTH} characters")
+    if len(value) > max_length:
+        raise InvalidInputError(f"{name} is longer than {max_length} characters")
     if has_control_characters(value):
         raise InvalidInputError(f"{name} must not contain control characters")
     return value

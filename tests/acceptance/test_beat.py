@@ -35,7 +35,7 @@ from think_jobs.scheduling import next_occurrence
 from think_jobs.testing import wait_until
 
 APP = "tests.apps.scheduled_agents:jobs"
-TICK = {"THINK_JOBS_BEAT_TICK_INTERVAL_S": "0.2"}
+TICK = {"THINK_JOBS_BEAT_TICK_INTERVAL_S": "0.2", "THINK_JOBS_SCHEDULE_RETRY_BACKOFF_S": "0.2"}
 CHANGED_CODE = {
     "TJ_TEST_DIGEST_SCHEDULE": "every 2 hours",
     "TJ_TEST_EXTRA_TASK": "1",

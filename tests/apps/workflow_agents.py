@@ -89,14 +89,21 @@ def register_steps(app: Celery, jobs: ThinkJobs) -> None:
         jobs.redis.rpush(failures_key(jobs), json.dumps(failure))
 
 
-def configure_for_tests(app: Celery) -> None:
+def configure_for_tests(app: Celery, jobs: ThinkJobs) -> None:
     timeout = os.environ.get("TJ_TEST_VISIBILITY_TIMEOUT_S")
     if timeout:
+        # The unacked registry is per Redis db by default and the test Redis is shared with
+        # other test runs: a private one keeps this short timeout from re-delivering their
+        # messages.
+        private = f"{jobs.keys.prefix}:unacked"
         app.conf.broker_transport_options = {
             **app.conf.broker_transport_options,
             "visibility_timeout": float(timeout),
             "unacked_restore_interval": 1,
             "unacked_restore_throttle": 1,
+            "unacked_key": private,
+            "unacked_index_key": f"{private}_index",
+            "unacked_mutex_key": f"{private}_mutex",
         }
     retries = os.environ.get("TJ_TEST_TURN_RETRIES")
     if retries:
@@ -112,5 +119,5 @@ def configure_for_tests(app: Celery) -> None:
 jobs = ThinkJobs()
 for agent_class in (Recorder, Echo, Fragile, Flaky):
     jobs.register(agent_class)
-configure_for_tests(jobs.celery)
+configure_for_tests(jobs.celery, jobs)
 register_steps(jobs.celery, jobs)

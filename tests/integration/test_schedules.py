@@ -38,7 +38,7 @@ from think_jobs.scheduled_task import occurrence_key
 from think_jobs.scheduling import next_occurrence
 from think_jobs.testing import wait_until, worker
 
-FAST = {"beat_tick_interval_s": 0.2}
+FAST = {"beat_tick_interval_s": 0.2, "schedule_retry_backoff_s": 0.2}
 
 
 @pytest.fixture
@@ -173,6 +173,19 @@ def test_reconcile_rearms_changed_tasks_arms_new_ones_and_removes_dropped_ones(
     assert schedule_api.reconcile(sjobs) == schedule_api.ReconcileReport(0, 0, 0)
 
 
+def test_reconcile_rearms_wall_clock_tasks_when_the_default_timezone_changes(
+    sjobs: ThinkJobs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = sjobs.get_agent(Reporter, "acme")
+    agent.start()
+    monkeypatch.setattr(Reporter, "get_default_timezone", lambda self: "Asia/Tokyo")
+    now = utcnow()
+    assert schedule_api.reconcile(sjobs, now=now) == schedule_api.ReconcileReport(0, 1, 0)
+    nudge = stored(agent)["nudge"]
+    assert nudge.timezone == "Asia/Tokyo"
+    assert nudge.next_run_at == next_occurrence("every day at 09:00 in Asia/Tokyo", now=now)
+
+
 def test_reconcile_leaves_rows_that_match_the_code_alone(sjobs: ThinkJobs) -> None:
     agent = sjobs.get_agent(Reporter, "acme")
     agent.start()
@@ -253,16 +266,17 @@ def test_a_beat_only_claims_the_agent_types_it_knows(
     assert len(claim_due(sjobs, now=utcnow())) == 1
 
 
-def test_an_occurrence_whose_fire_cannot_be_sent_is_given_back(
+def test_occurrences_whose_fires_cannot_be_sent_are_given_back(
     sjobs: ThinkJobs, make_jobs: Callable[..., ThinkJobs]
 ) -> None:
-    agent = sjobs.get_agent(Reporter, "acme")
-    agent.start()
-    due = make_due(agent, "digest")
+    agents = [sjobs.get_agent(Reporter, name) for name in ("a", "b", "c")]
+    for agent in agents:
+        agent.start()
+    dues = [make_due(agent, "digest") for agent in agents]
     offline = with_agents(make_jobs(broker_url=f"redis://127.0.0.1:{free_port()}/0", **FAST))
-    assert fire_due(offline) == 1  # claimed, then the send failed
-    assert stored(agent)["digest"].next_run_at == due  # the next tick tries again
-    assert [c.due_at for c in claim_due(sjobs, now=utcnow())] == [due]
+    assert fire_due(offline) == 0  # all three claimed; the first send failed; none sent
+    assert [stored(agent)["digest"].next_run_at for agent in agents] == dues
+    assert sorted(c.due_at for c in claim_due(sjobs, now=utcnow())) == sorted(dues)
 
 
 # -- firing ------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -34,8 +34,8 @@ from tests.support.ordering import (
     overlaps_within_agents,
     turns_by_agent,
 )
-from tests.support.processes import WorkerProcess, worker_processes
-from think_jobs import InvalidInputError, Think, ThinkJobs
+from tests.support.processes import WorkerProcess, private_postgres, worker_processes
+from think_jobs import ConfigurationError, InvalidInputError, Think, ThinkJobs
 from think_jobs.db.tables import turns
 from think_jobs.messages import UIMessage, message_text
 from think_jobs.testing import wait_until
@@ -273,6 +273,35 @@ def test_celery_retry_of_a_failed_turn_submits_a_new_attempt(
     ]
 
 
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_step_waits_out_a_database_outage_then_submits_once(
+    make_jobs: Callable[..., ThinkJobs], settings_env: dict[str, str]
+) -> None:
+    with private_postgres() as server:
+        jobs = make_jobs(database_url=server.url)
+        jobs.migrate()
+        workflow = chain(
+            jobs.turn.s("Echo", "patient", messages="still there?", poll_interval_s=0.2),
+            step(jobs, "tests.post", channel="#ops"),
+        )
+        with workers(settings_env, THINK_JOBS_DATABASE_URL=server.url) as processes:
+            server.stop()
+            result = workflow.apply_async()
+            wait_until(lambda: turn_step_polls(processes) >= 3, 30)
+            server.start()
+            final = result.get(timeout=TIMEOUT_S)
+        [submission] = jobs.get_agent(Echo, "patient").list_submissions()
+
+    assert final == {"channel": "#ops", "posted": "echo: still there?"}
+    assert submission.status == "completed"
+
+
+def turn_step_polls(processes: list[WorkerProcess]) -> int:
+    """How many times the workers logged a think_jobs.turn step re-scheduling itself."""
+    lines = [line for process in processes for line in list(process.output)]
+    return sum("think_jobs.turn[" in line and " retry: " in line for line in lines)
+
+
 # -- arguments (no worker needed) -----------------------------------------------------------------
 
 
@@ -321,3 +350,11 @@ def test_previous_results_are_rendered_as_one_user_message() -> None:
     assert message_text(message) == 'Look:\n\n{"x": 1}'
     with pytest.raises(InvalidInputError, match="nothing to send"):
         step_messages(parse_step(("Echo", "a"), {}))
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_step_outside_a_worker_is_refused(jobs: ThinkJobs) -> None:
+    with pytest.raises(ConfigurationError, match="run it on a worker"):
+        jobs.turn("Echo", "a", messages="hi")
+    with pytest.raises(ConfigurationError, match="run it on a worker"):
+        jobs.turn.apply(("Echo", "a"), {"messages": "hi"}).get()

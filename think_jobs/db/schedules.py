@@ -208,15 +208,22 @@ def due(
 
 
 def claim(
-    conn: Connection, schedule_id: int, *, due_at: datetime, next_run_at: datetime, now: datetime
-) -> bool:
-    """Take the occurrence ``due_at`` by arming ``next_run_at``; False if another beat did."""
+    conn: Connection,
+    schedule_ids: Sequence[int],
+    *,
+    due_at: datetime,
+    next_run_at: datetime,
+    now: datetime,
+) -> set[int]:
+    """Take the occurrence ``due_at`` of these rows by arming ``next_run_at``; returns the ids
+    taken (a row another beat moved first is not)."""
     statement = (
         update(schedules)
-        .where(schedules.c.id == schedule_id, schedules.c.next_run_at == due_at)
+        .where(schedules.c.id.in_(list(schedule_ids)), schedules.c.next_run_at == due_at)
         .values(next_run_at=next_run_at, last_scheduled_for=due_at, last_fired_at=now)
+        .returning(schedules.c.id)
     )
-    return conn.execute(statement).rowcount == 1
+    return set(conn.execute(statement).scalars())
 
 
 def unclaim(conn: Connection, schedule_id: int, *, due_at: datetime, next_run_at: datetime) -> bool:

@@ -95,7 +95,7 @@ class TurnRow(Base):
     kind: Mapped[str] = mapped_column(String(16))
     trigger: Mapped[str] = mapped_column(String(32))
     status: Mapped[str] = mapped_column(String(16))
-    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    idempotency_key: Mapped[str | None] = mapped_column(String(512))
     messages: Mapped[list[Any] | None] = mapped_column(JSON)
     meta: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON)
     body: Mapped[dict[str, Any] | None]

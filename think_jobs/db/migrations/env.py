@@ -5,6 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection, create_engine
 
+import think_jobs.db.schedules  # noqa: F401  (registers think_schedules on Base.metadata)
 from think_jobs.db.tables import VERSION_TABLE, Base
 
 

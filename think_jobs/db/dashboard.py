@@ -1,0 +1,296 @@
+"""Named read operations behind the admin dashboard, computed from ``think_turns`` alone.
+
+No time-series store: the history is the turns' own timestamps. Every query is bounded to a
+recent window (the last hour, or 24 h for the "usual duration" of an agent type) and reaches
+rows through an index:
+
+- active turns (pending, running) through ``ix_think_turns_status (status, agent_id)``;
+- turns finished since a cutoff through ``ix_think_turns_completed (agent_id, kind,
+  completed_at)``, probed once per agent and turn kind (``think_agents`` drives the join).
+
+A turn counts as *pending* at instant ``t`` when ``created_at <= t`` and it had neither started
+nor finished by ``t`` (a turn put back to pending by recovery keeps its first ``started_at``,
+so it is not counted again). Latency is ``completed_at - started_at`` of turns that finished
+(any final status) after starting.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection, Select, Subquery, func, select
+
+from think_jobs.db.tables import agents, turns
+from think_jobs.db.turns import ACTIVE, TERMINAL
+
+WINDOW = timedelta(hours=1)
+DEPTH_STEP = timedelta(minutes=1)
+LATENCY_STEP = timedelta(minutes=5)
+BASELINE_WINDOW = timedelta(hours=24)
+TURN_KINDS = ("blocking", "submission")  # every think_turns.kind: lets the index serve a range
+
+
+@dataclass(frozen=True)
+class DepthSeries:
+    """Pending turns at each instant (oldest first), per agent type."""
+
+    instants: tuple[datetime, ...]
+    by_type: Mapping[str, tuple[int, ...]]
+
+    @property
+    def total(self) -> tuple[int, ...]:
+        columns = zip(*self.by_type.values(), strict=True)
+        return tuple(sum(column) for column in columns) or (0,) * len(self.instants)
+
+
+@dataclass(frozen=True)
+class LatencyBucket:
+    """Turns that finished in ``[start, end)``: how many, and their p50/p95 run time."""
+
+    start: datetime
+    end: datetime
+    count: int
+    p50_s: float | None
+    p95_s: float | None
+
+
+@dataclass(frozen=True)
+class OldestPending:
+    """The longest-waiting pending submission of one agent type."""
+
+    agent_type: str
+    agent_name: str
+    submission_id: str
+    created_at: datetime
+    pending: int  # pending submissions of this agent type, all agents
+
+    def age_s(self, now: datetime) -> float:
+        return (now - self.created_at).total_seconds()
+
+
+@dataclass(frozen=True)
+class StuckRule:
+    """A running turn looks stuck past ``max(min_s, factor * usual)``, where ``usual`` is the
+    p50 run time of its agent type's completed turns in the last 24 h (``min_s`` alone when
+    the type completed nothing in that time)."""
+
+    factor: float = 5.0
+    min_s: float = 60.0
+
+    def limit_s(self, usual_s: float | None) -> float:
+        return self.min_s if usual_s is None else max(self.min_s, self.factor * usual_s)
+
+
+@dataclass(frozen=True)
+class StuckTurn:
+    agent_type: str
+    agent_name: str
+    request_id: str
+    kind: str
+    started_at: datetime
+    running_s: float
+    usual_s: float | None
+    limit_s: float
+
+
+@dataclass(frozen=True)
+class DashboardData:
+    now: datetime
+    depth: DepthSeries
+    latency: list[LatencyBucket]
+    oldest: list[OldestPending]
+    stuck: list[StuckTurn]
+    rule: StuckRule
+
+
+def snapshot(conn: Connection, *, now: datetime, rule: StuckRule | None = None) -> DashboardData:
+    """Everything the dashboard shows, read in the caller's transaction."""
+    rule = rule or StuckRule()
+    return DashboardData(
+        now=now,
+        depth=queue_depth(conn, now=now),
+        latency=turn_latency(conn, now=now),
+        oldest=oldest_pending(conn),
+        stuck=stuck_turns(conn, now=now, rule=rule),
+        rule=rule,
+    )
+
+
+def queue_depth(
+    conn: Connection, *, now: datetime, window: timedelta = WINDOW, step: timedelta = DEPTH_STEP
+) -> DepthSeries:
+    """Pending turns at each ``step`` over the last ``window`` (both ends included)."""
+    points = int(window / step)
+    instants = tuple(now - window + i * step for i in range(points + 1))
+    spans: dict[str, list[tuple[datetime, datetime | None]]] = defaultdict(list)
+    for agent_type, created, started, completed in _pending_candidates(conn, since=instants[0]):
+        spans[agent_type].append((created, _first(started, completed)))
+    by_type = {kind: _counts_at(instants, found) for kind, found in sorted(spans.items())}
+    return DepthSeries(instants, by_type)
+
+
+def turn_latency(
+    conn: Connection, *, now: datetime, window: timedelta = WINDOW, step: timedelta = LATENCY_STEP
+) -> list[LatencyBucket]:
+    """p50/p95 run time of the turns that finished in each ``step`` of the last ``window``."""
+    starts = [now - window + i * step for i in range(int(window / step))]
+    durations: list[list[float]] = [[] for _ in starts]
+    query = _finished_since(now - window).where(
+        turns.c.started_at.is_not(None), turns.c.completed_at <= now
+    )
+    for row in conn.execute(query):
+        index = min(int((row.completed_at - starts[0]) / step), len(starts) - 1)
+        durations[index].append((row.completed_at - row.started_at).total_seconds())
+    return [
+        _bucket(start, start + step, found) for start, found in zip(starts, durations, strict=True)
+    ]
+
+
+def oldest_pending(conn: Connection) -> list[OldestPending]:
+    """Per agent type, its oldest pending submission (and how many are pending), by type."""
+    ranked = (
+        select(
+            agents.c.agent_type,
+            agents.c.agent_name,
+            turns.c.request_id,
+            turns.c.created_at,
+            func.count().over(partition_by=agents.c.agent_type).label("pending"),
+            func.row_number()
+            .over(partition_by=agents.c.agent_type, order_by=(turns.c.created_at, turns.c.id))
+            .label("rank"),
+        )
+        .join(agents, agents.c.id == turns.c.agent_id)
+        .where(turns.c.status == "pending", turns.c.kind == "submission")
+        .subquery()
+    )
+    query = select(ranked).where(ranked.c.rank == 1).order_by(ranked.c.agent_type)
+    return [
+        OldestPending(row.agent_type, row.agent_name, row.request_id, row.created_at, row.pending)
+        for row in conn.execute(query)
+    ]
+
+
+def stuck_turns(conn: Connection, *, now: datetime, rule: StuckRule) -> list[StuckTurn]:
+    """Running turns past their agent type's limit (``rule``), longest-running first."""
+    query = (
+        select(
+            agents.c.agent_type,
+            agents.c.agent_name,
+            turns.c.request_id,
+            turns.c.kind,
+            turns.c.started_at,
+        )
+        .join(agents, agents.c.id == turns.c.agent_id)
+        .where(turns.c.status == "running", turns.c.started_at.is_not(None))
+    )
+    running = list(conn.execute(query))
+    usual = usual_durations(conn, now=now, agent_types={row.agent_type for row in running})
+    found = [
+        StuckTurn(
+            agent_type=row.agent_type,
+            agent_name=row.agent_name,
+            request_id=row.request_id,
+            kind=row.kind,
+            started_at=row.started_at,
+            running_s=(now - row.started_at).total_seconds(),
+            usual_s=usual.get(row.agent_type),
+            limit_s=rule.limit_s(usual.get(row.agent_type)),
+        )
+        for row in running
+    ]
+    return sorted((t for t in found if t.running_s > t.limit_s), key=lambda t: -t.running_s)
+
+
+def usual_durations(
+    conn: Connection,
+    *,
+    now: datetime,
+    agent_types: Iterable[str],
+    window: timedelta = BASELINE_WINDOW,
+) -> dict[str, float]:
+    """p50 run time of each agent type's completed turns in the last ``window``."""
+    wanted = sorted(agent_types)
+    if not wanted:
+        return {}
+    recent = _finished_since(now - window).where(
+        turns.c.status == "completed",
+        turns.c.started_at.is_not(None),
+        agents.c.agent_type.in_(wanted),
+    )
+    if conn.dialect.name == "postgresql":
+        return _median_in_database(conn, recent.subquery())
+    durations: dict[str, list[float]] = defaultdict(list)
+    for row in conn.execute(recent):
+        durations[row.agent_type].append((row.completed_at - row.started_at).total_seconds())
+    return {kind: quantile(sorted(found), 0.5) for kind, found in durations.items()}
+
+
+def quantile(ordered: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (PostgreSQL's ``percentile_cont``)."""
+    if not ordered:
+        raise ValueError("quantile of no values")
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _finished_since(since: datetime) -> Select[tuple[str, datetime, datetime, datetime]]:
+    """Turns that reached a final status after ``since``: one index range per agent and kind."""
+    return (
+        select(agents.c.agent_type, turns.c.created_at, turns.c.started_at, turns.c.completed_at)
+        .select_from(agents)
+        .join(turns, turns.c.agent_id == agents.c.id)
+        .where(
+            turns.c.kind.in_(TURN_KINDS),
+            turns.c.completed_at > since,
+            turns.c.status.in_(TERMINAL),
+        )
+    )
+
+
+def _pending_candidates(
+    conn: Connection, *, since: datetime
+) -> list[tuple[str, datetime, datetime | None, datetime | None]]:
+    """Every turn that may have been pending at some instant after ``since``."""
+    active = (
+        select(agents.c.agent_type, turns.c.created_at, turns.c.started_at, turns.c.completed_at)
+        .join(agents, agents.c.id == turns.c.agent_id)
+        .where(turns.c.status.in_(ACTIVE))
+    )
+    rows = [*conn.execute(active), *conn.execute(_finished_since(since))]
+    return [(row[0], row[1], row[2], row[3]) for row in rows]
+
+
+def _median_in_database(conn: Connection, recent: Subquery) -> dict[str, float]:
+    seconds = func.extract("epoch", recent.c.completed_at - recent.c.started_at)
+    query = select(recent.c.agent_type, func.percentile_cont(0.5).within_group(seconds)).group_by(
+        recent.c.agent_type
+    )
+    return {row[0]: float(row[1]) for row in conn.execute(query)}
+
+
+def _first(*moments: datetime | None) -> datetime | None:
+    found = [moment for moment in moments if moment is not None]
+    return min(found) if found else None
+
+
+def _counts_at(
+    instants: Sequence[datetime], spans: Sequence[tuple[datetime, datetime | None]]
+) -> tuple[int, ...]:
+    """How many ``[created, ended)`` spans contain each instant (created inclusive)."""
+    created = sorted(start for start, _ in spans)
+    ended = sorted(end for _, end in spans if end is not None)
+    return tuple(bisect_right(created, t) - bisect_right(ended, t) for t in instants)
+
+
+def _bucket(start: datetime, end: datetime, durations: list[float]) -> LatencyBucket:
+    if not durations:
+        return LatencyBucket(start, end, 0, None, None)
+    ordered = sorted(durations)
+    return LatencyBucket(start, end, len(ordered), quantile(ordered, 0.5), quantile(ordered, 0.95))
