@@ -30,7 +30,7 @@ from think_jobs.results import (
 )
 from think_jobs.scheduled_task import ScheduledTask
 from think_jobs.signals import SignalLike
-from think_jobs.streaming import follow, follow_agent
+from think_jobs.streaming import broker_errors_mapped, follow, follow_agent
 from think_jobs.tools import Tool
 
 if TYPE_CHECKING:
@@ -261,8 +261,11 @@ class Think:
     def stream(
         self, request_id: str, after_seq: int | None = None, timeout_s: float | None = None
     ) -> Iterator[StreamEvent]:
-        """A request's events: replayed from the buffer, then live, until ``done``."""
-        return follow(
+        """A request's events: replayed from the buffer, then live, until ``done``.
+
+        Raises TimeoutError after ``timeout_s``, BrokerUnavailableError if Redis fails.
+        """
+        events = follow(
             self.jobs.redis,
             self.jobs.keys,
             self.address,
@@ -270,10 +273,12 @@ class Think:
             after_seq=after_seq,
             timeout_s=timeout_s,
         )
+        return broker_errors_mapped(events)
 
     def subscribe(self, timeout_s: float | None = None) -> Iterator[StreamEvent]:
         """Every event of every request of this agent, live (for dashboards)."""
-        return follow_agent(self.jobs.redis, self.jobs.keys, self.address, timeout_s=timeout_s)
+        events = follow_agent(self.jobs.redis, self.jobs.keys, self.address, timeout_s=timeout_s)
+        return broker_errors_mapped(events)
 
     def sub_agent(self, cls: type[AgentT], name: str) -> AgentT:
         """The child agent ``cls``/``name`` (the same class and name give the same agent)."""

@@ -20,6 +20,7 @@ from typing import Any
 import redis
 from redis.client import PubSub
 
+from think_jobs.errors import BrokerUnavailableError
 from think_jobs.keys import Keys
 from think_jobs.results import StreamEvent
 
@@ -202,6 +203,16 @@ def _deliver_live(
         yield from _catch_up(client, keys, agent, state)
     if state.accept(event):
         yield event
+
+
+def broker_errors_mapped(events: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
+    """Re-raise Redis failures while reading a stream as ``BrokerUnavailableError``."""
+    try:
+        yield from events
+    except redis.RedisError as error:
+        raise BrokerUnavailableError(
+            f"Redis unavailable while reading a stream: {error}"
+        ) from error
 
 
 def follow_agent(

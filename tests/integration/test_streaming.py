@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
+
+import pytest
 
 from tests.apps.agents import Recorder
 from tests.support.builders import directive, wait_for_status, wait_until
-from think_jobs import StreamEvent, ThinkJobs
+from tests.support.processes import free_port
+from think_jobs import BrokerUnavailableError, StreamEvent, ThinkJobs
 from think_jobs.testing import worker
 
 WORDS = " ".join(f"w{i}" for i in range(40))
@@ -79,3 +83,13 @@ def test_subscribe_follows_every_request_of_an_agent_live(jobs: ThinkJobs) -> No
     with worker(jobs):
         thread.join(30)
     assert [e.request_id for e in seen if e.done] == [first.submission_id, second.submission_id]
+
+
+def test_reading_a_stream_without_redis_raises_broker_unavailable(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    jobs = make_jobs(redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    agent = jobs.get_agent(Recorder, "a")
+    with pytest.raises(BrokerUnavailableError, match="Redis unavailable") as raised:
+        list(agent.stream("any-request", timeout_s=1))
+    assert raised.value.__cause__ is not None
