@@ -104,16 +104,20 @@ class QueueCollector(Collector):
             return [(row[0], row[1], int(row[2])) for row in conn.execute(query)]
 
 
+def process_registry() -> CollectorRegistry:
+    """This process's metrics, or every process's when PROMETHEUS_MULTIPROC_DIR is set."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return REGISTRY
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return registry
+
+
 def exposition(jobs: ThinkJobs) -> bytes:
     """The Prometheus text format of this process's metrics plus the queue gauges."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        process_registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(process_registry)  # type: ignore[no-untyped-call]
-    else:
-        process_registry = REGISTRY
     queue_registry = CollectorRegistry()
     queue_registry.register(QueueCollector(jobs))
-    return generate_latest(process_registry) + generate_latest(queue_registry)
+    return generate_latest(process_registry()) + generate_latest(queue_registry)
 
 
 def start_metrics_server(jobs: ThinkJobs, port: int, host: str = "0.0.0.0") -> None:
@@ -130,5 +134,5 @@ class _Combined(Collector):
         self._queue = QueueCollector(jobs)
 
     def collect(self) -> Iterator[Metric]:
-        yield from REGISTRY.collect()
+        yield from process_registry().collect()
         yield from self._queue.collect()

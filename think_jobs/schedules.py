@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
-from think_jobs import submissions
+from think_jobs import metrics, submissions
 from think_jobs.context import utcnow
 from think_jobs.db import schedules as schedule_ops
 from think_jobs.db.schedules import ScheduleSpec
@@ -155,6 +155,8 @@ def fire(
     except Exception as error:
         return _failed(jobs, agent, ctx, code.task.max_attempts, error)
     outcome = "handled" if result is None else _described(result)
+    kind = "handler" if result is None else "prompt"
+    metrics.SCHEDULED_FIRES.labels(agent.agent_type, kind).inc()
     log.info("scheduled task %s of %s (%s): %s", task_id, agent.address, ctx.scheduled_for, outcome)
     return outcome
 

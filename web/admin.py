@@ -1,6 +1,7 @@
-"""Admin pages (server-rendered, no build step): agents, submissions, a turn's live detail,
-schedules. Every change is a POST form with a CSRF token; read-only sessions see no buttons
-and get 403 if they post anyway. Pages work without JavaScript; only the live stream uses it.
+"""Admin pages (server-rendered, no build step): agents, the dashboard, submissions, a turn's
+live detail, schedules. Every change is a POST form with a CSRF token; read-only sessions see
+no buttons and get 403 if they post anyway. Pages work without JavaScript; only the live
+stream uses it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from werkzeug.routing import BuildError
 
 from think_jobs import SubmissionStatus
 from web import admin_data, auth, csrf, params, security
+from web import dashboard as dashboard_page
 from web.admin_auth import handle_error, login_target
 from web.api_agents import agent_list
 from web.api_streams import stored_status
@@ -89,6 +91,12 @@ def logout() -> ResponseReturnValue:
 @auth.requires(auth.READ)
 def agents() -> str:
     return render_template("think_jobs/agents.html", overview=agent_list())
+
+
+@bp.get("/dashboard")
+@auth.requires(auth.READ)
+def dashboard() -> str:
+    return dashboard_page.render()
 
 
 @bp.get("/open")

@@ -32,11 +32,15 @@ DEFAULT_MOUNTS: Mapping[str, str] = {
     "webhooks": "/hooks",
     "admin": "/admin",
     "health": "",
+    "metrics": "",
 }
 CONFIG_DEFAULTS: Mapping[str, Any] = {
     "THINK_JOBS_SSE_HEARTBEAT_S": 15.0,
     "THINK_JOBS_SSE_MAX_DURATION_S": 3600.0,
     "THINK_JOBS_ADMIN_PAGE_SIZE": 25,
+    "THINK_JOBS_METRICS_PUBLIC": False,  # True: /metrics without a token (trusted networks)
+    "THINK_JOBS_DASHBOARD_STUCK_FACTOR": 5.0,  # stuck: running past factor x usual p50 ...
+    "THINK_JOBS_DASHBOARD_STUCK_MIN_S": 60.0,  # ... and never before this many seconds
     "THINK_JOBS_CONTENT_SECURITY_POLICY": (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
         "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
@@ -53,7 +57,16 @@ class StreamLimits:
 
 
 def _blueprint_groups() -> dict[str, list[Blueprint]]:
-    from web import admin, api_agents, api_streams, api_submissions, health, openapi, webhooks
+    from web import (
+        admin,
+        api_agents,
+        api_streams,
+        api_submissions,
+        health,
+        metrics_endpoint,
+        openapi,
+        webhooks,
+    )
 
     return {
         "api": [api_agents.bp, api_submissions.bp, openapi.bp],
@@ -61,11 +74,12 @@ def _blueprint_groups() -> dict[str, list[Blueprint]]:
         "webhooks": [webhooks.bp],
         "admin": [admin.bp],
         "health": [health.bp],
+        "metrics": [metrics_endpoint.bp],
     }
 
 
 class ThinkJobsFlask:
-    """Mounts the API, SSE, webhook, admin and health blueprints on a Flask app.
+    """Mounts the API, SSE, webhook, admin, health and metrics blueprints on a Flask app.
 
     ``mounts`` names the groups to register and each one's path below ``url_prefix`` (leave
     a group out to not serve it). ``authorize(request, scope)`` replaces the built-in tokens

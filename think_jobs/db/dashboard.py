@@ -5,8 +5,9 @@ recent window (the last hour, or 24 h for the "usual duration" of an agent type)
 rows through an index:
 
 - active turns (pending, running) through ``ix_think_turns_status (status, agent_id)``;
-- turns finished since a cutoff through ``ix_think_turns_completed (agent_id, kind,
-  completed_at)``, probed once per agent and turn kind (``think_agents`` drives the join).
+- turns finished since a cutoff through an index on ``completed_at`` alone (migration
+  ``ix_think_turns_finished``; without it PostgreSQL scans the table, since the existing
+  ``(agent_id, kind, completed_at)`` index cannot serve a time range across agents).
 
 A turn counts as *pending* at instant ``t`` when ``created_at <= t`` and it had neither started
 nor finished by ``t`` (a turn put back to pending by recovery keeps its first ``started_at``,
@@ -23,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, Select, Subquery, func, select
+from sqlalchemy import ColumnElement, Connection, Float, Select, func, select, type_coerce
 
 from think_jobs.db.tables import agents, turns
 from think_jobs.db.turns import ACTIVE, TERMINAL
@@ -32,7 +33,6 @@ WINDOW = timedelta(hours=1)
 DEPTH_STEP = timedelta(minutes=1)
 LATENCY_STEP = timedelta(minutes=5)
 BASELINE_WINDOW = timedelta(hours=24)
-TURN_KINDS = ("blocking", "submission")  # every think_turns.kind: lets the index serve a range
 
 
 @dataclass(frozen=True)
@@ -213,21 +213,29 @@ def usual_durations(
     agent_types: Iterable[str],
     window: timedelta = BASELINE_WINDOW,
 ) -> dict[str, float]:
-    """p50 run time of each agent type's completed turns in the last ``window``."""
+    """p50 run time of each agent type's completed turns in the last ``window`` (computed by
+    PostgreSQL; on SQLite from ``julianday``, so to within a millisecond)."""
     wanted = sorted(agent_types)
     if not wanted:
         return {}
-    recent = _finished_since(now - window).where(
-        turns.c.status == "completed",
-        turns.c.started_at.is_not(None),
-        agents.c.agent_type.in_(wanted),
+    recent = (
+        _finished_since(now - window)
+        .where(
+            turns.c.status == "completed",
+            turns.c.started_at.is_not(None),
+            agents.c.agent_type.in_(wanted),
+        )
+        .subquery()
     )
+    seconds = _seconds_between(conn, recent.c.started_at, recent.c.completed_at)
     if conn.dialect.name == "postgresql":
-        return _median_in_database(conn, recent.subquery())
+        median = func.percentile_cont(0.5).within_group(seconds)
+        query = select(recent.c.agent_type, median).group_by(recent.c.agent_type)
+        return {row[0]: float(row[1]) for row in conn.execute(query)}
     durations: dict[str, list[float]] = defaultdict(list)
-    for row in conn.execute(recent):
-        durations[row.agent_type].append((row.completed_at - row.started_at).total_seconds())
-    return {kind: quantile(sorted(found), 0.5) for kind, found in durations.items()}
+    for agent_type, value in conn.execute(select(recent.c.agent_type, seconds).order_by(seconds)):
+        durations[agent_type].append(float(value))
+    return {kind: quantile(found, 0.5) for kind, found in durations.items()}
 
 
 def quantile(ordered: Sequence[float], q: float) -> float:
@@ -241,16 +249,11 @@ def quantile(ordered: Sequence[float], q: float) -> float:
 
 
 def _finished_since(since: datetime) -> Select[tuple[str, datetime, datetime, datetime]]:
-    """Turns that reached a final status after ``since``: one index range per agent and kind."""
+    """Turns that reached a final status after ``since`` (one index range on completed_at)."""
     return (
         select(agents.c.agent_type, turns.c.created_at, turns.c.started_at, turns.c.completed_at)
-        .select_from(agents)
-        .join(turns, turns.c.agent_id == agents.c.id)
-        .where(
-            turns.c.kind.in_(TURN_KINDS),
-            turns.c.completed_at > since,
-            turns.c.status.in_(TERMINAL),
-        )
+        .join(agents, agents.c.id == turns.c.agent_id)
+        .where(turns.c.completed_at > since, turns.c.status.in_(TERMINAL))
     )
 
 
@@ -267,12 +270,13 @@ def _pending_candidates(
     return [(row[0], row[1], row[2], row[3]) for row in rows]
 
 
-def _median_in_database(conn: Connection, recent: Subquery) -> dict[str, float]:
-    seconds = func.extract("epoch", recent.c.completed_at - recent.c.started_at)
-    query = select(recent.c.agent_type, func.percentile_cont(0.5).within_group(seconds)).group_by(
-        recent.c.agent_type
-    )
-    return {row[0]: float(row[1]) for row in conn.execute(query)}
+def _seconds_between(
+    conn: Connection, start: ColumnElement[datetime], end: ColumnElement[datetime]
+) -> ColumnElement[float]:
+    """``end - start`` in seconds, computed by the database (no row-by-row datetime parsing)."""
+    if conn.dialect.name == "postgresql":
+        return type_coerce(func.extract("epoch", end - start), Float())
+    return (func.julianday(end) - func.julianday(start)) * 86_400.0
 
 
 def _first(*moments: datetime | None) -> datetime | None:

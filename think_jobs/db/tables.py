@@ -86,6 +86,7 @@ class TurnRow(Base):
         Index("ix_think_turns_status_listing", "agent_id", "kind", "status", "created_at"),
         Index("ix_think_turns_completed", "agent_id", "kind", "completed_at"),
         Index("ix_think_turns_status", "status", "agent_id"),
+        Index("ix_think_turns_finished", "completed_at"),
     )
 
     id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
