@@ -9,10 +9,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -28,7 +26,13 @@ from tests.apps.scheduled_agents import (
     stored,
 )
 from tests.support.builders import texts, wait_for_status
-from tests.support.processes import ROOT, WorkerProcess, worker_processes
+from tests.support.processes import (
+    ROOT,
+    ManagedProcess,
+    WorkerProcess,
+    think_jobs_command,
+    worker_processes,
+)
 from think_jobs import SubmissionInspection, Think, ThinkJobs
 from think_jobs.scheduled_task import occurrence_key
 from think_jobs.scheduling import next_occurrence
@@ -43,48 +47,16 @@ CHANGED_CODE = {
 }
 
 
-class BeatProcess:
+class BeatProcess(ManagedProcess):
     """One ``think-jobs beat`` subprocess; ready once it has reconciled the schedules."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        command = [sys.executable, "-m", "think_jobs.cli", "beat", "--app", APP, "-l", "INFO"]
-        self.process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env={**os.environ, **env},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        self.output: list[str] = []
-        self.ready = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.output.append(line)
-            if "schedules reconciled" in line:
-                self.ready.set()
+        command = think_jobs_command("beat", "--app", APP, "-l", "INFO")
+        super().__init__(command, env, ready_marker="schedules reconciled")
 
     def fired(self) -> list[str]:
         """``<task> of <agent> for <occurrence>`` for every fire this beat sent."""
         return [line.split("beat: fired ", 1)[1].strip() for line in self.lines("beat: fired ")]
-
-    def lines(self, needle: str) -> list[str]:
-        return [line for line in list(self.output) if needle in line]
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
-        self._reader.join(5)
 
 
 @contextmanager

@@ -19,16 +19,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class WorkerProcess:
-    """One ``think-jobs worker`` subprocess; its output is collected for failure reports."""
+class ManagedProcess:
+    """A subprocess in its own session whose output is collected (for failure reports);
+    ``ready`` is set when a line containing ``ready_marker`` appears."""
 
-    def __init__(self, env: dict[str, str], *, app: str, concurrency: int, pool: str) -> None:
-        command = [
-            sys.executable, "-m", "think_jobs.cli", "worker", "--app", app,
-            "-c", str(concurrency), "-P", pool, "-l", "INFO",
-            "-n", f"w-{uuid.uuid4().hex[:8]}@%h",
-            "--without-mingle", "--without-gossip", "--without-heartbeat",
-        ]  # fmt: skip
+    def __init__(self, command: list[str], env: dict[str, str], *, ready_marker: str) -> None:
         self.process = subprocess.Popen(
             command,
             cwd=ROOT,
@@ -40,6 +35,7 @@ class WorkerProcess:
         )
         self.output: list[str] = []
         self.ready = threading.Event()
+        self._marker = ready_marker
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -47,13 +43,16 @@ class WorkerProcess:
         assert self.process.stdout is not None
         for line in self.process.stdout:
             self.output.append(line)
-            if " ready." in line:
+            if self._marker and self._marker in line:
                 self.ready.set()
+
+    def lines(self, needle: str) -> list[str]:
+        return [line for line in list(self.output) if needle in line]
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
         if not self.ready.wait(timeout_s):
             self.kill()
-            raise RuntimeError("worker did not start:\n" + "".join(self.output[-40:]))
+            raise RuntimeError("process did not start:\n" + "".join(self.output[-40:]))
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -68,6 +67,22 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
         self._reader.join(5)
+
+
+def think_jobs_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "think_jobs.cli", *args]
+
+
+class WorkerProcess(ManagedProcess):
+    """One ``think-jobs worker`` subprocess."""
+
+    def __init__(self, env: dict[str, str], *, app: str, concurrency: int, pool: str) -> None:
+        command = think_jobs_command(
+            "worker", "--app", app, "-c", str(concurrency), "-P", pool, "-l", "INFO",
+            "-n", f"w-{uuid.uuid4().hex[:8]}@%h",
+            "--without-mingle", "--without-gossip", "--without-heartbeat",
+        )  # fmt: skip
+        super().__init__(command, env, ready_marker=" ready.")
 
 
 @contextmanager

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import signal
-import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -18,7 +15,7 @@ import pytest
 
 from tests.apps.agents import Recorder
 from tests.support.builders import directive
-from tests.support.processes import ROOT, free_port
+from tests.support.processes import ManagedProcess, free_port
 from tests.web.support import FULL, FULL_TOKEN, SECRET_KEY, sse_events, stream_text
 from think_jobs import ThinkJobs
 from think_jobs.testing import wait_until, worker
@@ -27,27 +24,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.parametrize("backend", ["postgres"])
 STREAMS = 20
 
 
-class Server:
+class Server(ManagedProcess):
     """A server subprocess on a free port; its output is kept for failure messages."""
 
     def __init__(self, command: list[str], env: dict[str, str], port: int) -> None:
+        super().__init__(command, env, ready_marker="")
         self.port = port
-        self.output: list[str] = []
-        self.process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env={**os.environ, **env},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.output.append(line)
 
     def request(
         self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
@@ -72,15 +54,6 @@ class Server:
 
     def describe(self) -> str:
         return "".join(self.output[-30:])
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
 
 
 @contextmanager
