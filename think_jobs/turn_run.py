@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from sqlalchemy import Connection
+
 from think_jobs import continuation, metrics, tracing
 from think_jobs.assembly import MessageAssembler
 from think_jobs.callbacks import call_optional
@@ -104,23 +106,24 @@ class TurnRun:
     # -- the attempt ---------------------------------------------------------------------------
 
     def perform(self) -> TurnResult:
-        self._record_queue_wait()
+        self._observe_queue_wait()
         attributes = {f"think_jobs.{key}": value for key, value in self.log_fields().items()}
         with tracing.span("think_jobs.turn", parent=self.turn.trace_context, attributes=attributes):
             return self._perform()
 
-    def _record_queue_wait(self) -> None:
-        if self.turn.attempt == 1 and self.turn.started_at is not None:
-            tracing.record_span(
-                "think_jobs.queue_wait",
-                start=self.turn.created_at,
-                end=self.turn.started_at,
-                parent=self.turn.trace_context,
-            )
+    def _observe_queue_wait(self) -> None:
+        """Admission → first start, as a metric and as a span of the submission's trace."""
+        started, created = self.turn.started_at, self.turn.created_at
+        if self.turn.attempt != 1 or started is None:
+            return
+        waited_s = (started - created).total_seconds()
+        metrics.QUEUE_WAIT.labels(self.agent.agent_type).observe(waited_s)
+        tracing.record_span(
+            "think_jobs.queue_wait", start=created, end=started, parent=self.turn.trace_context
+        )
 
     def _perform(self) -> TurnResult:
         log.info("turn started", extra=self.log_fields())
-        self._observe_queue_wait()
         self.agent._notify_submission(self.turn, "running")
         if not self.turn.messages_applied and not self._apply_caller_messages():
             return self._deliver(self._finish(self._not_run()))
@@ -128,11 +131,6 @@ class TurnRun:
             return self._resume()
         history = self._load_history()
         return self._run_with_hooks(self._context(history), self._assembler(None))
-
-    def _observe_queue_wait(self) -> None:
-        if self.turn.attempt == 1 and self.turn.started_at is not None:
-            waited = self.turn.started_at - self.turn.created_at
-            metrics.QUEUE_WAIT.labels(self.agent.agent_type).observe(waited.total_seconds())
 
     def _run_with_hooks(self, context: TurnContext, assembler: MessageAssembler) -> TurnResult:
         try:
@@ -165,13 +163,17 @@ class TurnRun:
         recoveries = continuation.recoveries_after_progress(self.turn, recovered.buffer_length)
         with self.jobs.db.write() as conn:
             if recovered.has_content:
-                conversation_ops.upsert_message(
-                    conn, self.turn.agent_id, recovered.message.to_wire(),
-                    turn_id=self.turn.id, now=utcnow(),
-                )  # fmt: skip
+                self._store_reply(conn, recovered.message)
             turn_ops.note_recovery(
                 conn, self.turn.id, recoveries=recoveries, at_seq=recovered.buffer_length
             )
+
+    def _store_reply(self, conn: Connection, message: UIMessage) -> None:
+        """Store the assistant reply of this turn (replacing a partial stored earlier)."""
+        wire = message.to_wire()
+        conversation_ops.upsert_message(
+            conn, self.turn.agent_id, wire, turn_id=self.turn.id, now=utcnow()
+        )
 
     # -- messages and context ------------------------------------------------------------------
 
@@ -272,10 +274,7 @@ class TurnRun:
             error = self.watch.reason.text
         with self.jobs.db.write() as conn:
             if outcome.has_content:
-                conversation_ops.upsert_message(
-                    conn, self.turn.agent_id, outcome.message.to_wire(),
-                    turn_id=self.turn.id, now=utcnow(),
-                )  # fmt: skip
+                self._store_reply(conn, outcome.message)
             if self.turn.body is not None:
                 agent_ops.set_last_body(conn, self.turn.agent_id, self.turn.body)
             self.wrote_final = turn_ops.finish_turn(
@@ -294,10 +293,7 @@ class TurnRun:
         if reason.kind == "stalled":
             with self.jobs.db.write() as conn:
                 if outcome.has_content:
-                    conversation_ops.upsert_message(
-                        conn, self.turn.agent_id, outcome.message.to_wire(),
-                        turn_id=self.turn.id, now=utcnow(),
-                    )  # fmt: skip
+                    self._store_reply(conn, outcome.message)
                 turn_ops.requeue_turn(conn, self.turn)
         log.warning("turn interrupted", extra={**self.log_fields(), "reason": reason.kind})
         metrics.RECOVERIES.labels(self.agent.agent_type, reason.kind).inc()
