@@ -1,0 +1,147 @@
+"""The agents and the bare Celery tasks the benchmarks run, and the Redis marks they leave.
+
+Both sides of a comparison signal the benchmark the same way (one pipelined Redis round trip),
+so the ratio measures think-jobs, not the measuring.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from think_jobs import ChatResponseResult, ModelRequest, Think
+from think_jobs.messages import message_text
+from think_jobs.models import Reply, ScriptedModel
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+    from think_jobs import ThinkJobs
+
+PING_TASK = "bench.ping"
+MARK_TASK = "bench.mark"
+NOOP_TASK = "bench.noop"
+PUBLISH_TASK = "bench.publish"
+STREAM_CHUNK_CHARS = 4
+_DONE_TTL_S = 600
+
+
+def ready_key(jobs: ThinkJobs) -> str:
+    """SET of the pids of worker processes that are consuming."""
+    return f"{jobs.keys.prefix}:bench:ready"
+
+
+def done_key(jobs: ThinkJobs, request_id: str) -> str:
+    """LIST a turn (or a ping task) pushes to when it has finished; the caller BLPOPs it."""
+    return f"{jobs.keys.prefix}:bench:done:{request_id}"
+
+
+def starts_key(jobs: ThinkJobs, agent_name: str) -> str:
+    """LIST of the labels of an agent's turns, in the order their model calls started."""
+    return f"{jobs.keys.prefix}:bench:starts:{agent_name}"
+
+
+def counter_key(jobs: ThinkJobs, name: str) -> str:
+    return f"{jobs.keys.prefix}:bench:{name}"
+
+
+def signal_done(jobs: ThinkJobs, request_id: str) -> None:
+    key = done_key(jobs, request_id)
+    pipe = jobs.redis.pipeline(transaction=False)
+    pipe.rpush(key, "1")
+    pipe.expire(key, _DONE_TTL_S)
+    pipe.execute()
+
+
+def mark_finished(jobs: ThinkJobs) -> None:
+    """Count one finished unit of work and remember when the first and the last finished."""
+    now = repr(time.time())
+    pipe = jobs.redis.pipeline(transaction=False)
+    pipe.set(counter_key(jobs, "first"), now, nx=True)
+    pipe.incr(counter_key(jobs, "done"))
+    pipe.set(counter_key(jobs, "last"), now)
+    pipe.execute()
+
+
+def last_user_text(request: ModelRequest) -> str:
+    for message in reversed(request.messages):
+        if message.role == "user":
+            return message_text(message)
+    return ""
+
+
+class OneChunk(Think):
+    """A one-chunk reply; tells the caller when its turn is done (turn overhead)."""
+
+    def get_model(self) -> ScriptedModel:
+        return ScriptedModel("ok")
+
+    def on_chat_response(self, result: ChatResponseResult) -> None:
+        signal_done(self.jobs, result.request_id)
+
+
+class StartRecorder:
+    """Records the label (the user message) of each turn as its model call starts."""
+
+    def __init__(self, jobs: ThinkJobs, agent_name: str) -> None:
+        self._jobs = jobs
+        self._key = starts_key(jobs, agent_name)
+
+    def stream(self, request: ModelRequest) -> Iterator[dict[str, Any]]:
+        self._jobs.redis.rpush(self._key, last_user_text(request))
+        yield from ScriptedModel("ok").stream(request)
+
+
+class Ordered(Think):
+    """One-chunk turns that record their start order per agent (FIFO throughput)."""
+
+    def get_model(self) -> StartRecorder:
+        return StartRecorder(self.jobs, self.name)
+
+    def on_chat_response(self, result: ChatResponseResult) -> None:
+        mark_finished(self.jobs)
+
+
+def long_reply(request: ModelRequest) -> Reply:
+    """As many chunks as the user message says (``STREAM_CHUNK_CHARS`` characters each)."""
+    chunks = int(last_user_text(request) or "1")
+    return Reply(text="word" * chunks, chunk_size=STREAM_CHUNK_CHARS)
+
+
+class LongStream(Think):
+    """One turn of many small text chunks (stream delivery rate)."""
+
+    def get_model(self) -> ScriptedModel:
+        return ScriptedModel(long_reply)
+
+
+AGENT_CLASSES: tuple[type[Think], ...] = (OneChunk, Ordered, LongStream)
+
+
+def register_bare_tasks(app: Celery, jobs: ThinkJobs) -> None:
+    """The bare Celery tasks think-jobs is compared with, on the same app and queue."""
+
+    @app.task(name=PING_TASK, ignore_result=True, shared=False)  # type: ignore[untyped-decorator]
+    def ping(request_id: str) -> None:
+        signal_done(jobs, request_id)
+
+    @app.task(name=MARK_TASK, ignore_result=True, shared=False)  # type: ignore[untyped-decorator]
+    def mark() -> None:
+        mark_finished(jobs)
+
+    @app.task(name=NOOP_TASK, ignore_result=True, shared=False)  # type: ignore[untyped-decorator]
+    def noop() -> None:
+        return None
+
+    @app.task(name=PUBLISH_TASK, ignore_result=True, shared=False)  # type: ignore[untyped-decorator]
+    def publish(channel: str, source_key: str) -> None:
+        """PUBLISH each item of a Redis list on ``channel``, one round trip each."""
+        client = jobs.redis
+        for payload in client.lrange(source_key, 0, -1):
+            client.publish(channel, payload)
+
+
+def mark_ready(jobs: ThinkJobs) -> None:
+    jobs.redis.sadd(ready_key(jobs), str(os.getpid()))
