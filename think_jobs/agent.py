@@ -18,7 +18,7 @@ from think_jobs import blocking, cancellation, schedules, submissions
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db.turns import TurnRecord
 from think_jobs.execution import INTERRUPTED, CallerTurn, MessagesFunction, TurnResult
-from think_jobs.messages import UIMessage, coerce_messages, user_text_message
+from think_jobs.messages import UIMessage, coerce_messages, stored_messages, user_text_message
 from think_jobs.models.base import Model
 from think_jobs.results import (
     ChatResponseResult,
@@ -255,8 +255,7 @@ class Think:
         if agent_id is None:
             return []
         with self.jobs.db.read() as conn:
-            stored = conversation_ops.load_messages(conn, agent_id)
-        return [UIMessage.model_validate(message) for message in stored]
+            return stored_messages(conversation_ops.load_messages_json(conn, agent_id))
 
     def stream(
         self, request_id: str, after_seq: int | None = None, timeout_s: float | None = None

@@ -114,22 +114,15 @@ class _Waiter:
 
     def _step(self) -> TurnResult | None:
         """Try once: run our turn, or help with the submission ahead; None means keep waiting."""
-        settings = self.jobs.settings
-        with self.jobs.db.write() as conn:
-            claim = queueing.claim_next(
-                conn,
-                self.turn.agent_id,
-                now=utcnow(),
-                lease_ttl=timedelta(seconds=settings.lease_ttl_s),
-                max_recoveries=settings.recovery_max_attempts,
-                caller_turn_id=self.turn.id,
-            )
-            mine = turn_ops.get_turn_by_id(conn, self.turn.id)
+        agent = queueing.AgentRef(self.turn.agent_id, self.agent.agent_type, self.agent.name)
+        claim = execution.claim(self.jobs, agent, caller_turn_id=self.turn.id)
         if isinstance(claim, queueing.Claim):
             if claim.turn.id == self.turn.id:
                 return execution.execute(self.jobs, claim, self.caller)
             execution.execute(self.jobs, claim)
             return None
+        with self.jobs.db.read() as conn:
+            mine = turn_ops.get_turn_by_id(conn, self.turn.id)
         if mine is None or mine.status not in turn_ops.ACTIVE:
             return _ended_without_running(mine, self.turn)
         return None
@@ -214,7 +207,7 @@ def _delete_under_lease(jobs: ThinkJobs, agent_id: int, wakeups: _Wakeups) -> qu
             if agent_ops.try_acquire_lease(conn, agent_id, token, now=utcnow(), ttl=ttl):
                 conversation_ops.delete_conversation(conn, agent_id)
                 agent_ops.release_lease(conn, agent_id, token)
-                return queueing.Released(turn_ops.head_turn(conn, agent_id))
+                return queueing.Released(turn_ops.head_brief(conn, agent_id))
         if time.monotonic() > deadline:
             raise ThinkJobsError("clear_messages: the running turn did not stop; try again")
         wakeups.wait(settings.caller_poll_interval_s)

@@ -42,8 +42,8 @@ def create_celery_app(jobs: ThinkJobs) -> Celery:
         },
         enable_utc=True,
         timezone="UTC",
-        worker_send_task_events=True,
-        task_send_sent_event=True,
+        worker_send_task_events=settings.celery_task_events,  # Flower keeps working
+        task_send_sent_event=False,  # a second publish per drain, for a "sent" state only
     )
     _register_tasks(app, jobs)
     schedules.register_tasks(app, jobs)

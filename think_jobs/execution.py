@@ -12,9 +12,13 @@ import contextvars
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from think_jobs import queueing
+from think_jobs.context import utcnow
+from think_jobs.db import conversation as conversation_ops
 from think_jobs.errors import ThinkJobsError
 from think_jobs.turn_run import INTERRUPTED, CallerTurn, MessagesFunction, TurnResult, TurnRun
 
@@ -44,21 +48,65 @@ def _active(address: str) -> Iterator[None]:
         _ACTIVE_AGENTS.reset(token)
 
 
+def claim(
+    jobs: ThinkJobs, agent: queueing.AgentRef, *, caller_turn_id: int | None = None
+) -> queueing.Claim | queueing.NotClaimed:
+    """Take the agent's lease and start its next turn (see ``queueing.claim_next``); a turn
+    whose messages are already applied gets its conversation read in the same transaction."""
+    settings = jobs.settings
+    with jobs.db.write() as conn:
+        claimed = queueing.claim_next(
+            conn,
+            agent,
+            now=utcnow(),
+            lease_ttl=timedelta(seconds=settings.lease_ttl_s),
+            max_recoveries=settings.recovery_max_attempts,
+            caller_turn_id=caller_turn_id,
+        )
+        if isinstance(claimed, queueing.Claim) and claimed.turn.messages_applied:
+            history = conversation_ops.load_messages_json(conn, agent.id)
+            claimed = replace(claimed, history=history)
+    return claimed
+
+
 def execute(jobs: ThinkJobs, claim: queueing.Claim, caller: CallerTurn | None = None) -> TurnResult:
     """Run the claimed turn to its end, then release the lease and hand on to the next turn."""
-    agent = jobs.instantiate(claim.agent_type, claim.agent_name)
-    run = TurnRun(jobs, agent, claim, caller)
-    lease_lost = False
+    result, released = run_and_release(jobs, claim, caller)
+    if released is not None:
+        hand_on(jobs, claim, released)
+    return result
+
+
+def run_and_release(
+    jobs: ThinkJobs, claim: queueing.Claim, caller: CallerTurn | None = None
+) -> tuple[TurnResult, queueing.Released | None]:
+    """Run the claimed turn and release the lease; the caller decides who runs what is next.
+
+    Returns no ``Released`` when the lease was lost (someone else owns the turn now) or the
+    release itself failed (the lease will expire).
+    """
+    run: TurnRun | None = None
     try:
+        agent = jobs.instantiate(claim.agent_type, claim.agent_name)
+        run = TurnRun(jobs, agent, claim, caller)
         with _active(agent.address):
             result = run.perform()
     finally:
-        run.watch.close()
-        lease_lost = run.watch.reason is not None and run.watch.reason.kind == "lease_lost"
-        released = None if lease_lost else _release(jobs, claim)
-    if released is not None:
-        _hand_on(jobs, claim, released)
-    return result
+        released = _end_attempt(jobs, claim, run)
+    return result, released
+
+
+def _end_attempt(
+    jobs: ThinkJobs, claim: queueing.Claim, run: TurnRun | None
+) -> queueing.Released | None:
+    """Stop the watch and give the lease back, unless it was already released or lost."""
+    if run is None:
+        return _release(jobs, claim)
+    run.watch.close()
+    if run.released is not None:
+        return run.released
+    lease_lost = run.watch.reason is not None and run.watch.reason.kind == "lease_lost"
+    return None if lease_lost else _release(jobs, claim)
 
 
 def _release(jobs: ThinkJobs, claim: queueing.Claim) -> queueing.Released | None:
@@ -70,7 +118,8 @@ def _release(jobs: ThinkJobs, claim: queueing.Claim) -> queueing.Released | None
         return None
 
 
-def _hand_on(jobs: ThinkJobs, claim: queueing.Claim, released: queueing.Released) -> None:
+def hand_on(jobs: ThinkJobs, claim: queueing.Claim, released: queueing.Released) -> None:
+    """Nudge whoever runs the agent's next turn: a worker, or the waiting caller."""
     if released.needs_worker:
         jobs.dispatch.enqueue_drain(claim.agent_id)
     elif released.next_turn is not None:

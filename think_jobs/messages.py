@@ -15,7 +15,15 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+)
 from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
@@ -308,3 +316,11 @@ __all__ = [
     "new_message_id",
     "user_text_message",
 ]
+
+
+_MESSAGE_LIST: TypeAdapter[list[UIMessage]] = TypeAdapter(list[UIMessage])
+
+
+def stored_messages(json_array: str) -> list[UIMessage]:
+    """Messages read back from storage (a JSON array): validated once, in one pass."""
+    return _MESSAGE_LIST.validate_json(json_array)

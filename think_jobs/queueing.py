@@ -27,6 +27,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from think_jobs import recovery
+from think_jobs.context import utcnow
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
@@ -46,11 +47,22 @@ class Admission:
     is_head: bool
 
 
-def admit(conn: Connection, agent_id: int, **values: Any) -> Admission:
-    """Store a new turn at the tail of the agent's queue."""
-    seq = agent_ops.next_admission(conn, agent_id)
-    turn = turn_ops.insert_turn(conn, agent_id=agent_id, seq=seq, **values)
-    is_head = not turn_ops.has_active_turn_before(conn, agent_id, seq)
+def admit(
+    conn: Connection,
+    agent_id: int,
+    *,
+    admitted: agent_ops.Admitted | None = None,
+    **values: Any,
+) -> Admission:
+    """Store a new turn at the tail of the agent's queue.
+
+    ``is_head`` says whether someone must be nudged: not if the agent's lease is held (its
+    holder hands on when it releases), not if older turns wait (their nudge comes first).
+    """
+    admitted = admitted or agent_ops.next_admission(conn, agent_id)
+    turn = turn_ops.insert_turn(conn, agent_id=agent_id, seq=admitted.seq, **values)
+    lease_held = admitted.lease_expires_at is not None and admitted.lease_expires_at > utcnow()
+    is_head = not lease_held and not turn_ops.has_active_turn_before(conn, agent_id, admitted.seq)
     return Admission(turn, accepted=True, is_head=is_head)
 
 
@@ -64,7 +76,7 @@ def admit_submission(
     **values: Any,
 ) -> Admission:
     """Admit a durable submission, or return the one these ids already name (accepted=False)."""
-    agent_ops.next_admission(conn, agent_id)  # lock the agent row before looking for duplicates
+    admitted = agent_ops.next_admission(conn, agent_id)  # locks the row: duplicates serialise
     found = turn_ops.find_by_request_or_key(conn, agent_id, submission_id, idempotency_key)
     existing = _existing_submission(found, submission_id, idempotency_key)
     if existing is not None:
@@ -73,6 +85,7 @@ def admit_submission(
     return admit(
         conn,
         agent_id,
+        admitted=admitted,
         request_id=request_id,
         idempotency_key=idempotency_key,
         kind="submission",
@@ -101,8 +114,21 @@ def _existing_submission(
 
 
 @dataclass(frozen=True)
+class AgentRef:
+    """An agent row: its id and identity."""
+
+    id: int
+    agent_type: str
+    agent_name: str
+
+
+@dataclass(frozen=True)
 class Claim:
-    """The lease of one agent, held for one attempt of ``turn`` (now running)."""
+    """The lease of one agent, held for one attempt of ``turn`` (now running).
+
+    ``history`` is the conversation (a JSON array) read in the claiming transaction, when it
+    was read there.
+    """
 
     agent_id: int
     agent_type: str
@@ -110,6 +136,7 @@ class Claim:
     token: str
     turn: TurnRecord
     recovering: bool
+    history: str | None = None
 
 
 @dataclass(frozen=True)
@@ -123,7 +150,7 @@ class NotClaimed:
 
 def claim_next(
     conn: Connection,
-    agent_id: int,
+    agent: AgentRef,
     *,
     now: datetime,
     lease_ttl: timedelta,
@@ -137,78 +164,88 @@ def claim_next(
     them, so a blocking call never depends on a free worker slot).
     """
     token = uuid.uuid4().hex
-    if not agent_ops.try_acquire_lease(conn, agent_id, token, now=now, ttl=lease_ttl):
+    if not agent_ops.try_acquire_lease(conn, agent.id, token, now=now, ttl=lease_ttl):
         return NotClaimed("busy")
+    holder = _Holder(agent, token)
     for _ in range(_MAX_STALE_HEADS):
-        head = turn_ops.head_turn(conn, agent_id)
+        head = turn_ops.head_turn(conn, agent.id)
         if head is None:
-            agent_ops.release_lease(conn, agent_id, token)
+            agent_ops.release_lease(conn, agent.id, token)
             return NotClaimed("idle")
-        outcome = _claim_head(conn, head, token, now, max_recoveries, caller_turn_id)
+        outcome = _claim_head(conn, head, holder, now, max_recoveries, caller_turn_id)
         if outcome is not None:
             if isinstance(outcome, NotClaimed):
-                agent_ops.release_lease(conn, agent_id, token)
+                agent_ops.release_lease(conn, agent.id, token)
             return outcome
-    agent_ops.release_lease(conn, agent_id, token)
+    agent_ops.release_lease(conn, agent.id, token)
     return NotClaimed("busy")
+
+
+@dataclass(frozen=True)
+class _Holder:
+    agent: AgentRef
+    token: str
 
 
 def _claim_head(
     conn: Connection,
     head: TurnRecord,
-    token: str,
+    holder: _Holder,
     now: datetime,
     max_recoveries: int,
     caller_turn_id: int | None,
 ) -> Claim | NotClaimed | None:
     """Claim ``head``, or say why not; None means "the head changed, look again"."""
     if head.status == "running":
-        return _recover_orphan(conn, head, token, now, max_recoveries)
+        return _recover_orphan(conn, head, holder, now, max_recoveries)
     if head.kind == "blocking" and head.id != caller_turn_id and not head.messages_applied:
         if head.caller_expires_at is not None and head.caller_expires_at < now:
             turn_ops.end_turn(conn, head.id, status="aborted", error=CALLER_GONE, now=now)
             return None
         return NotClaimed("caller", head)
     if head.messages_applied:  # handed to recovery by a stalled attempt
-        return _recover_orphan(conn, head, token, now, max_recoveries)
-    return _start(conn, head, token, now, recovering=False)
+        return _recover_orphan(conn, head, holder, now, max_recoveries)
+    return _start(conn, head, holder, now, recovering=False)
 
 
 def _recover_orphan(
-    conn: Connection, head: TurnRecord, token: str, now: datetime, max_recoveries: int
+    conn: Connection, head: TurnRecord, holder: _Holder, now: datetime, max_recoveries: int
 ) -> Claim | None:
     plan = recovery.plan_for_orphan(head, max_recoveries=max_recoveries)
     if plan == "requeue":
         turn_ops.requeue_turn(conn, head)
         return None
     if plan == "continue":
-        return _start(conn, head, token, now, recovering=True)
+        return _start(conn, head, holder, now, recovering=True)
     turn_ops.end_turn(conn, head.id, status="error", error=plan, now=now)
     return None
 
 
 def _start(
-    conn: Connection, head: TurnRecord, token: str, now: datetime, *, recovering: bool
+    conn: Connection, head: TurnRecord, holder: _Holder, now: datetime, *, recovering: bool
 ) -> Claim:
+    applying = head.is_submission and not head.messages_applied
     turn = turn_ops.start_attempt(
-        conn, head, now=now, assistant_message_id=new_message_id(), recovering=recovering
+        conn,
+        head,
+        now=now,
+        assistant_message_id=new_message_id(),
+        recovering=recovering,
+        applying=applying,
     )
-    if turn.is_submission and not turn.messages_applied:
+    if applying:
         conversation_ops.append_messages(
             conn, turn.agent_id, turn.messages or [], turn_id=turn.id, now=now
         )
-        turn_ops.mark_messages_applied(conn, turn.id)
-        turn = turn_ops.replace_record(turn, messages_applied=True)
-    identity = agent_ops.agent_identity(conn, turn.agent_id)
-    assert identity is not None
-    return Claim(turn.agent_id, identity[0], identity[1], token, turn, recovering)
+    agent = holder.agent
+    return Claim(agent.id, agent.agent_type, agent.agent_name, holder.token, turn, recovering)
 
 
 @dataclass(frozen=True)
 class Released:
     """What the agent's queue looks like after a release."""
 
-    next_turn: TurnRecord | None
+    next_turn: turn_ops.HeadBrief | None
 
     @property
     def needs_worker(self) -> bool:
@@ -221,4 +258,4 @@ class Released:
 def release(conn: Connection, claim: Claim) -> Released:
     """Give the lease back and report the new head (in the same transaction)."""
     agent_ops.release_lease(conn, claim.agent_id, claim.token)
-    return Released(turn_ops.head_turn(conn, claim.agent_id))
+    return Released(turn_ops.head_brief(conn, claim.agent_id))

@@ -10,6 +10,7 @@ import threading
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import redis
+from redis import Redis
 
 from think_jobs import schedules
 from think_jobs.agent import Think
@@ -46,6 +47,7 @@ class ThinkJobs:
         self._redis: redis.Redis | None = None
         self._celery: Celery | None = None
         self._lock = threading.Lock()
+        self._local = threading.local()
 
     def __repr__(self) -> str:
         return f"<ThinkJobs {len(self._classes)} agent classes, db={self.db.dialect}>"
@@ -122,6 +124,20 @@ class ThinkJobs:
         return self._redis
 
     @property
+    def thread_redis(self) -> Redis:
+        """A client that keeps one connection for this thread: no pool round trip per command
+        (used for the per-chunk publishing of a turn's stream)."""
+        client: Redis | None = getattr(self._local, "redis", None)
+        if client is None:
+            pool = self.redis.connection_pool
+            try:
+                client = redis.Redis(connection_pool=pool, single_connection_client=True)
+            except redis.RedisError:
+                return self.redis  # Redis is down: the pooled client fails per command instead
+            self._local.redis = client
+        return client
+
+    @property
     def celery(self) -> Celery:
         """The Celery app (``think-jobs worker --app module:jobs`` runs it)."""
         if self._celery is None:
@@ -148,6 +164,7 @@ class ThinkJobs:
         """In a forked child (Celery prefork): never reuse the parent's connections."""
         self.db.forget_inherited_connections()
         self._redis = None
+        self._local = threading.local()
 
     def close(self) -> None:
         self.db.close()

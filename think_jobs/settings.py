@@ -36,6 +36,7 @@ class Settings(BaseSettings):
 
     lease_ttl_s: float = Field(30.0, gt=0)
     sweep_interval_s: float = Field(5.0, gt=0)
+    drain_slice_s: float = Field(0.1, ge=0)
     cancel_poll_interval_s: float = Field(0.2, gt=0)
     caller_poll_interval_s: float = Field(0.5, gt=0)
     recovery_max_attempts: int = Field(10, ge=1)
@@ -61,6 +62,7 @@ class Settings(BaseSettings):
     broker_visibility_timeout_s: float = Field(21_600, gt=0)
     result_backend_url: str | None = None
 
+    celery_task_events: bool = True
     log_json: bool = False
     log_content: bool = False
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import redis
 from redis.client import PubSub
+from redis.commands.core import Script
 
 from think_jobs.errors import BrokerUnavailableError
 from think_jobs.keys import Keys
@@ -48,8 +49,26 @@ def decode_event(raw: bytes | str) -> StreamEvent:
     return StreamEvent.model_validate_json(raw)
 
 
+# Appends events to a request's buffer and publishes them, in order, in one server-side step;
+# returns whether the request's revocation flag is set. KEYS: buffer, flag. ARGV: channel, TTL
+# in seconds (0: leave the TTL alone), events...
+_PUBLISH_LUA = """
+for i = 3, #ARGV do
+  redis.call('RPUSH', KEYS[1], ARGV[i])
+  redis.call('PUBLISH', ARGV[1], ARGV[i])
+end
+if tonumber(ARGV[2]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
+return redis.call('EXISTS', KEYS[2])
+"""
+
+
 class StreamWriter:
     """Appends one request's events; never raises because Redis is unavailable.
+
+    Framing chunks (``start``, ``text-start``, ``finish``...) may be deferred: they go out with
+    the next chunk that is not deferred, in order, in the same round trip. Content chunks go
+    out at once, so cancellation still stops a turn within one chunk. The buffer's TTL is set
+    by the first send and refreshed by ``done``.
 
     A turn the model completed must not fail because its stream could not be published: the
     database record is the truth. After a failure, publishing is retried at most once a second
@@ -66,46 +85,54 @@ class StreamWriter:
         ttl_s: int,
         start_seq: int = 0,
     ) -> None:
-        self._client = client
+        self._script: Script = client.register_script(_PUBLISH_LUA)  # EVALSHA, EVAL on a miss
         self._request_id = request_id
         self._buffer = keys.stream_buffer(agent, request_id)
         self._channel = keys.chunk_channel(agent)
         self._revoked = keys.revoked(agent, request_id)
         self._ttl_s = ttl_s
         self.next_seq = start_seq
+        self._pending: list[str] = []
+        self._expiry_set = False
         self._failed_at: float | None = None
         self.revoked = False
 
-    def chunk(self, chunk_json: str) -> None:
-        """Publish one chunk (already AI SDK JSON); updates ``revoked``."""
-        event = encode_chunk_event(self._request_id, self.next_seq, chunk_json)
+    def chunk(self, chunk_json: str, *, defer: bool = False) -> None:
+        """Publish one chunk (already AI SDK JSON), or queue it behind the next; updates
+        ``revoked`` whenever it sends."""
+        self._pending.append(encode_chunk_event(self._request_id, self.next_seq, chunk_json))
         self.next_seq += 1
-        self._send(event)
+        if not defer:
+            self._flush()
 
     def done(self, status: str, error: str | None) -> None:
-        event = encode_done_event(self._request_id, self.next_seq, status, error)
+        self._pending.append(encode_done_event(self._request_id, self.next_seq, status, error))
         self.next_seq += 1
-        self._send(event, force=True)
+        self._expiry_set = False  # the final send refreshes the TTL
+        self._flush(force=True)
 
-    def _send(self, event: str, *, force: bool = False) -> None:
+    def _flush(self, *, force: bool = False) -> None:
         failed_at = self._failed_at
         recently_failed = failed_at is not None and time.monotonic() - failed_at < _RETRY_S
-        if recently_failed and not force:
+        events, self._pending = self._pending, []
+        if not events or (recently_failed and not force):
             return
         try:
-            pipe = self._client.pipeline(transaction=False)
-            pipe.rpush(self._buffer, event)
-            pipe.expire(self._buffer, self._ttl_s)
-            pipe.publish(self._channel, event)
-            pipe.exists(self._revoked)
-            results = pipe.execute()
+            self.revoked = self._send(events) or self.revoked
         except redis.RedisError as error:
             if self._failed_at is None:
                 log.warning("stream publish failed for %s: %s", self._request_id, error)
             self._failed_at = time.monotonic()
             return
         self._failed_at = None
-        self.revoked = self.revoked or bool(results[-1])
+
+    def _send(self, events: list[str]) -> bool:
+        """One command: append, publish, (set the TTL,) read the revocation flag."""
+        ttl_s = 0 if self._expiry_set else self._ttl_s
+        keys = [self._buffer, self._revoked]
+        revoked = self._script(keys=keys, args=[self._channel, ttl_s, *events])
+        self._expiry_set = True
+        return bool(revoked)
 
 
 def next_seq_of(client: redis.Redis, keys: Keys, agent: str, request_id: str) -> int:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Connection
 
-from think_jobs import continuation, metrics, tracing
+from think_jobs import continuation, metrics, queueing, tracing
 from think_jobs.assembly import MessageAssembler
 from think_jobs.callbacks import call_optional
 from think_jobs.chunks import Chunk, is_content_chunk
@@ -25,7 +25,7 @@ from think_jobs.context import TurnContext, utcnow
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
-from think_jobs.messages import UIMessage, coerce_messages, message_text
+from think_jobs.messages import UIMessage, coerce_messages, message_text, stored_messages
 from think_jobs.models.base import ModelRequest
 from think_jobs.results import ChatResponseResult, TurnStatus
 from think_jobs.runner import RunOutcome, TurnRunner
@@ -35,13 +35,17 @@ from think_jobs.watch import TurnWatch
 
 if TYPE_CHECKING:
     from think_jobs.agent import Think
-    from think_jobs.queueing import Claim
     from think_jobs.runtime import ThinkJobs
 
 log = logging.getLogger(__name__)
 
 MessagesFunction = Callable[[list[UIMessage]], Sequence[UIMessage | dict[str, Any]]]
 INTERRUPTED = "interrupted"  # the attempt was handed to recovery; the turn is not over
+# Chunks that carry no content: published together with the next chunk that does.
+FRAMING = frozenset(
+    {"start", "start-step", "finish-step", "finish", "text-start", "text-end"}
+    | {"reasoning-start", "reasoning-end", "tool-input-start"}
+)
 
 
 @dataclass
@@ -64,7 +68,7 @@ class TurnResult:
 
 class TurnRun:
     def __init__(
-        self, jobs: ThinkJobs, agent: Think, claim: Claim, caller: CallerTurn | None
+        self, jobs: ThinkJobs, agent: Think, claim: queueing.Claim, caller: CallerTurn | None
     ) -> None:
         self.jobs = jobs
         self.agent = agent
@@ -74,24 +78,29 @@ class TurnRun:
         self.callback = caller.callback if caller is not None else None
         self.callback_error: BaseException | None = None
         self.wrote_final = False
-        self.last_body: dict[str, Any] | None = None
+        self.claimed_history = claim.history
+        # With no hook or callback to run inside the turn after the final write, that write
+        # also releases the lease: one transaction less per turn.
+        self.release_with_finish = caller is None and not has_turn_hooks(agent)
+        self.released: queueing.Released | None = None
         self.watch = TurnWatch(
             jobs,
             claim,
             signal=caller.signal if caller else None,
             stall_timeout_s=type(agent).stall_timeout_s,
-        ).start()
+        )
         self.attempt_started = time.monotonic()
         self.first_chunk_seen = False
         self.chunks_published = metrics.CHUNKS_PUBLISHED.labels(agent.agent_type)
         self.writer = StreamWriter(
-            jobs.redis,
+            jobs.thread_redis,
             jobs.keys,
             agent.address,
             self.turn.request_id,
             ttl_s=jobs.settings.stream_ttl_s,
             start_seq=self._start_seq(),
         )
+        self.watch.start()  # last: nothing above may leave a running watch behind
 
     def _start_seq(self) -> int:
         if self.turn.attempt <= 1:
@@ -197,15 +206,21 @@ class TurnRun:
         return [message.to_wire() for message in coerce_messages(self.caller.payload(current))]
 
     def _load_history(self) -> list[UIMessage]:
+        """The conversation now: as read when the turn was claimed, else from the database."""
+        claimed, self.claimed_history = self.claimed_history, None
+        if claimed is not None:
+            return stored_messages(claimed)
         with self.jobs.db.read() as conn:
-            stored = conversation_ops.load_messages(conn, self.turn.agent_id)
-            self.last_body = agent_ops.get_last_body(conn, self.turn.agent_id)
-        return [UIMessage.model_validate(message) for message in stored]
+            return stored_messages(conversation_ops.load_messages_json(conn, self.turn.agent_id))
+
+    def _remembered_body(self) -> dict[str, Any] | None:
+        with self.jobs.db.read() as conn:
+            return agent_ops.get_last_body(conn, self.turn.agent_id)
 
     def _context(self, history: list[UIMessage], *, continuing: bool = False) -> TurnContext:
         body = self.turn.body
         if body is None and (self.turn.continuation or continuing):
-            body = self.last_body
+            body = self._remembered_body()
         return TurnContext(
             request_id=self.turn.request_id,
             trigger="recovery" if continuing else self.turn.trigger,
@@ -245,7 +260,7 @@ class TurnRun:
 
     def _emit(self, chunk: Chunk) -> None:
         chunk_json = chunk.model_dump_json(exclude_none=True)
-        self.writer.chunk(chunk_json)
+        self.writer.chunk(chunk_json, defer=chunk.type in FRAMING)
         self.chunks_published.inc()
         if not self.first_chunk_seen and is_content_chunk(chunk):
             self.first_chunk_seen = True
@@ -272,6 +287,8 @@ class TurnRun:
         status, error = outcome.status, outcome.error
         if status == "aborted" and self.watch.reason is not None:
             error = self.watch.reason.text
+        if self.release_with_finish:
+            self.watch.close()  # nothing runs inside the turn after this write
         with self.jobs.db.write() as conn:
             if outcome.has_content:
                 self._store_reply(conn, outcome.message)
@@ -284,6 +301,8 @@ class TurnRun:
                 stored = turn_ops.get_turn_by_id(conn, self.turn.id)
                 if stored is not None and stored.status != "running":
                     status, error = stored.status, stored.error
+            if self.release_with_finish:
+                self.released = queueing.release(conn, self.claim)
         return RunOutcome(status, error, outcome.message, outcome.has_content)
 
     def _interrupted(self, outcome: RunOutcome) -> TurnResult:
@@ -362,6 +381,15 @@ class TurnRun:
             "attempt": self.turn.attempt,
             "trigger": self.turn.trigger,
         }
+
+
+def has_turn_hooks(agent: Think) -> bool:
+    """Whether the agent's class overrides a hook that runs after a turn's final write."""
+    from think_jobs.agent import Think
+
+    cls = type(agent)
+    hooks = ("on_chat_response", "on_chat_error", "on_submission_status")
+    return any(getattr(cls, name) is not getattr(Think, name) for name in hooks)
 
 
 def _safely(hook: Callable[..., Any], *args: Any) -> None:

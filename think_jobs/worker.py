@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from datetime import timedelta
+import time
 from typing import TYPE_CHECKING
 
 import redis
@@ -34,8 +34,34 @@ _SWEEP_BATCH = 1000
 
 
 def drain(jobs: ThinkJobs, agent_id: int) -> str:
-    """Run the agent's next turn if it is free; returns what happened (for logs and tests)."""
+    """Run the agent's next turns while its time slice lasts; returns what happened.
+
+    One turn at least; more of the same agent while ``drain_slice_s`` is not used up (saves a
+    Celery round trip per turn when turns are quick). Then the next drain goes to the back of
+    the queue, so an agent with a long backlog takes its share, not the workers.
+    """
     _forget_sweep_mark(jobs, agent_id)
+    agent = _agent_ref(jobs, agent_id)
+    if isinstance(agent, str):
+        return agent
+    deadline = time.monotonic() + jobs.settings.drain_slice_s
+    ran = 0
+    while True:
+        claim = execution.claim(jobs, agent)
+        if isinstance(claim, queueing.NotClaimed):
+            if claim.reason == "caller":
+                jobs.dispatch.wake_callers(f"{agent.agent_type}:{agent.agent_name}")
+            return f"ran {ran}" if ran else claim.reason
+        _, released = execution.run_and_release(jobs, claim)
+        ran += 1
+        if released is None:
+            return f"ran {ran}"
+        if not (released.needs_worker and time.monotonic() < deadline):
+            execution.hand_on(jobs, claim, released)
+            return f"ran {ran}"
+
+
+def _agent_ref(jobs: ThinkJobs, agent_id: int) -> queueing.AgentRef | str:
     identity = jobs.identity_of(agent_id)
     if identity is None:
         return "unknown-agent"
@@ -44,21 +70,7 @@ def drain(jobs: ThinkJobs, agent_id: int) -> str:
     except AgentNotRegisteredError:
         log.error("agent type %s is not registered in this worker; not running it", identity[0])
         return "unregistered"
-    settings = jobs.settings
-    with jobs.db.write() as conn:
-        claim = queueing.claim_next(
-            conn,
-            agent_id,
-            now=utcnow(),
-            lease_ttl=timedelta(seconds=settings.lease_ttl_s),
-            max_recoveries=settings.recovery_max_attempts,
-        )
-    if isinstance(claim, queueing.NotClaimed):
-        if claim.reason == "caller":
-            jobs.dispatch.wake_callers(f"{identity[0]}:{identity[1]}")
-        return claim.reason
-    execution.execute(jobs, claim)
-    return "ran"
+    return queueing.AgentRef(agent_id, *identity)
 
 
 def sweep(jobs: ThinkJobs) -> int:

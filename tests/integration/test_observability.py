@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.apps.agents import Recorder
-from tests.support.builders import directive, wait_for_status
+from tests.support.builders import directive, wait_for_status, wait_until
 from tests.support.processes import free_port
 from think_jobs import ThinkJobs
 from think_jobs.logs import JsonFormatter
@@ -48,6 +48,9 @@ def test_metrics_move_for_a_scripted_run(jobs: ThinkJobs) -> None:
         agent.cancel_submission(slow.submission_id, "enough")
         for item in (ok, bad, slow):
             wait_for_status(agent, item.submission_id, "completed", "error", "aborted")
+        # a cancel writes "aborted" at once; the executor counts the turn when it has stopped
+        finished = ("think_jobs_turns_finished_total", "aborted")
+        wait_until(lambda: sample(finished[0], **kind, status=finished[1]) > before["aborted"])
     delta = lambda key, value: value - before[key]  # noqa: E731
     assert (
         delta("accepted", sample("think_jobs_submissions_total", **kind, outcome="accepted")) == 3

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, case, func, or_, select, update
+from sqlalchemy import Connection, bindparam, case, func, or_, select, update
 
 from think_jobs.db.dialect import insert_ignoring_conflicts
 from think_jobs.db.tables import agents, turns
@@ -37,55 +38,74 @@ def agent_identity(conn: Connection, agent_id: int) -> tuple[str, str] | None:
     return None if row is None else (row.agent_type, row.agent_name)
 
 
-def next_admission(conn: Connection, agent_id: int) -> int:
+@dataclass(frozen=True)
+class Admitted:
+    """The number a new turn gets, and whether the agent's lease was held at that moment."""
+
+    seq: int
+    lease_expires_at: datetime | None
+
+
+_NEXT_ADMISSION = (
+    update(agents)
+    .where(agents.c.id == bindparam("agent_id"))
+    .values(admitted=agents.c.admitted + 1)
+    .returning(agents.c.admitted, agents.c.lease_expires_at)
+)
+
+
+def next_admission(conn: Connection, agent_id: int) -> Admitted:
     """Increment and return the agent's admission counter; locks the agent row until commit.
 
     Every admission goes through this row lock, so turn numbers are handed out in commit order
     per agent, and concurrent admissions with the same idempotency key serialise here.
     """
-    statement = (
-        update(agents)
-        .where(agents.c.id == agent_id)
-        .values(admitted=agents.c.admitted + 1)
-        .returning(agents.c.admitted)
+    row = conn.execute(_NEXT_ADMISSION, {"agent_id": agent_id}).one()
+    return Admitted(int(row[0]), row[1])
+
+
+_ACQUIRE = (
+    update(agents)
+    .where(
+        agents.c.id == bindparam("agent_id"),
+        or_(agents.c.lease_token.is_(None), agents.c.lease_expires_at < bindparam("now")),
     )
-    return int(conn.execute(statement).scalar_one())
+    .values(lease_token=bindparam("token"), lease_expires_at=bindparam("expires"))
+)
 
 
 def try_acquire_lease(
     conn: Connection, agent_id: int, token: str, *, now: datetime, ttl: timedelta
 ) -> bool:
     """Take the agent's lease if it is free or expired."""
-    statement = (
-        update(agents)
-        .where(
-            agents.c.id == agent_id,
-            or_(agents.c.lease_token.is_(None), agents.c.lease_expires_at < now),
-        )
-        .values(lease_token=token, lease_expires_at=now + ttl)
-    )
-    return conn.execute(statement).rowcount == 1
+    values = {"agent_id": agent_id, "now": now, "token": token, "expires": now + ttl}
+    return conn.execute(_ACQUIRE, values).rowcount == 1
+
+
+_RENEW = (
+    update(agents)
+    .where(agents.c.id == bindparam("agent_id"), agents.c.lease_token == bindparam("token"))
+    .values(lease_expires_at=bindparam("expires"))
+)
 
 
 def renew_lease(
     conn: Connection, agent_id: int, token: str, *, now: datetime, ttl: timedelta
 ) -> bool:
     """Extend a lease we hold; False if it was lost (expired and taken, or released)."""
-    statement = (
-        update(agents)
-        .where(agents.c.id == agent_id, agents.c.lease_token == token)
-        .values(lease_expires_at=now + ttl)
-    )
-    return conn.execute(statement).rowcount == 1
+    values = {"agent_id": agent_id, "token": token, "expires": now + ttl}
+    return conn.execute(_RENEW, values).rowcount == 1
+
+
+_RELEASE = (
+    update(agents)
+    .where(agents.c.id == bindparam("agent_id"), agents.c.lease_token == bindparam("token"))
+    .values(lease_token=None, lease_expires_at=None)
+)
 
 
 def release_lease(conn: Connection, agent_id: int, token: str) -> bool:
-    statement = (
-        update(agents)
-        .where(agents.c.id == agent_id, agents.c.lease_token == token)
-        .values(lease_token=None, lease_expires_at=None)
-    )
-    return conn.execute(statement).rowcount == 1
+    return conn.execute(_RELEASE, {"agent_id": agent_id, "token": token}).rowcount == 1
 
 
 def lease_is_live(conn: Connection, agent_id: int, *, now: datetime) -> bool:

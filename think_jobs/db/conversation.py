@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, select
+from sqlalchemy import Connection, Text, bindparam, cast, delete, select
 
 from think_jobs.db.dialect import insert_ignoring_conflicts, upsert
 from think_jobs.db.tables import messages
@@ -54,6 +54,19 @@ def upsert_message(
         "created_at": now,
     }
     upsert(conn, messages, values, keys=("agent_id", "message_id"), update=("data",))
+
+
+_LOAD_JSON = (
+    select(cast(messages.c.data, Text))
+    .where(messages.c.agent_id == bindparam("agent_id"))
+    .order_by(messages.c.id)
+)
+
+
+def load_messages_json(conn: Connection, agent_id: int) -> str:
+    """The conversation as one JSON array (text): validated in one pass by the caller."""
+    rows = conn.execute(_LOAD_JSON, {"agent_id": agent_id}).scalars()
+    return "[" + ",".join(rows) + "]"
 
 
 def load_messages(conn: Connection, agent_id: int) -> list[dict[str, Any]]:

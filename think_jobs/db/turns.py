@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, delete, or_, select, update
+from sqlalchemy import Connection, Row, Select, bindparam, delete, or_, select, union_all, update
 
 from think_jobs.db.tables import turns
 
@@ -104,29 +104,70 @@ def find_by_request_or_key(
     return [_record(row) for row in conn.execute(query)]
 
 
+def _head_query(*columns: Any) -> Select[Any]:
+    """The lowest-seq active turn of ``:agent_id``: one index probe per status (a plain
+    ``status IN (...) ORDER BY seq`` lets planners walk the agent's whole history instead)."""
+
+    def lowest(status: str) -> Any:
+        return (
+            select(*columns)
+            .where(turns.c.agent_id == bindparam("agent_id"), turns.c.status == status)
+            .order_by(turns.c.seq)
+            .limit(1)
+            .subquery()
+        )
+
+    pending, running = lowest("pending"), lowest("running")
+    both = union_all(select(pending), select(running)).subquery()
+    return select(both).order_by(both.c.seq).limit(1)
+
+
+_HEAD = _head_query(*turns.c)
+_HEAD_BRIEF = _head_query(turns.c.seq, turns.c.kind, turns.c.status, turns.c.messages_applied)
+
+
+@dataclass(frozen=True)
+class HeadBrief:
+    """Just enough of an agent's next turn to decide who should run it."""
+
+    seq: int
+    kind: str
+    status: str
+    messages_applied: bool
+
+
 def head_turn(conn: Connection, agent_id: int) -> TurnRecord | None:
     """The agent's next turn: its lowest seq that is pending or running."""
-    query = (
-        select(turns)
-        .where(turns.c.agent_id == agent_id, turns.c.status.in_(ACTIVE))
-        .order_by(turns.c.seq)
-        .limit(1)
-    )
-    row = conn.execute(query).one_or_none()
+    row = conn.execute(_HEAD, {"agent_id": agent_id}).one_or_none()
     return None if row is None else _record(row)
 
 
+def head_brief(conn: Connection, agent_id: int) -> HeadBrief | None:
+    row = conn.execute(_HEAD_BRIEF, {"agent_id": agent_id}).one_or_none()
+    return None if row is None else HeadBrief(**row._mapping)
+
+
 def has_active_turn_before(conn: Connection, agent_id: int, seq: int) -> bool:
-    query = (
-        select(turns.c.id)
-        .where(turns.c.agent_id == agent_id, turns.c.status.in_(ACTIVE), turns.c.seq < seq)
-        .limit(1)
-    )
-    return conn.execute(query).first() is not None
+    head = head_brief(conn, agent_id)
+    return head is not None and head.seq < seq
 
 
 def replace_record(turn: TurnRecord, **changes: Any) -> TurnRecord:
     return replace(turn, **changes)
+
+
+_START = (
+    update(turns)
+    .where(turns.c.id == bindparam("turn_id"))
+    .values(
+        status="running",
+        attempt=bindparam("attempt"),
+        recoveries=bindparam("recoveries"),
+        started_at=bindparam("started_at"),
+        assistant_message_id=bindparam("assistant_message_id"),
+        messages_applied=bindparam("messages_applied"),
+    )
+)
 
 
 def start_attempt(
@@ -136,33 +177,43 @@ def start_attempt(
     now: datetime,
     assistant_message_id: str,
     recovering: bool,
+    applying: bool = False,
 ) -> TurnRecord:
-    """Mark the turn running for a new attempt (the caller holds the agent's lease)."""
+    """Mark the turn running for a new attempt (the caller holds the agent's lease);
+    ``applying`` also records that its messages are being applied in this transaction."""
     changes: dict[str, Any] = {
-        "status": "running",
         "attempt": turn.attempt + 1,
         "recoveries": turn.recoveries + (1 if recovering else 0),
         "started_at": turn.started_at or now,
         "assistant_message_id": turn.assistant_message_id or assistant_message_id,
+        "messages_applied": turn.messages_applied or applying,
     }
-    conn.execute(update(turns).where(turns.c.id == turn.id).values(**changes))
-    return replace(turn, **changes)
+    conn.execute(_START, {"turn_id": turn.id, **changes})
+    return replace(turn, status="running", **changes)
 
 
 def mark_messages_applied(conn: Connection, turn_id: int) -> None:
     conn.execute(update(turns).where(turns.c.id == turn_id).values(messages_applied=True))
 
 
+_FINISH = (
+    update(turns)
+    .where(
+        turns.c.id == bindparam("turn_id"),
+        turns.c.status == "running",
+        turns.c.attempt == bindparam("current_attempt"),
+    )
+    .values(status=bindparam("status"), error=bindparam("error"), completed_at=bindparam("now"))
+)
+
+
 def finish_turn(
     conn: Connection, turn: TurnRecord, *, status: str, error: str | None, now: datetime
 ) -> bool:
     """Write the final status iff the turn is still running this attempt (never overwrites)."""
-    statement = (
-        update(turns)
-        .where(turns.c.id == turn.id, turns.c.status == "running", turns.c.attempt == turn.attempt)
-        .values(status=status, error=error, completed_at=now)
-    )
-    return conn.execute(statement).rowcount == 1
+    values: dict[str, Any] = {"turn_id": turn.id, "current_attempt": turn.attempt}
+    values |= {"status": status, "error": error, "now": now}
+    return conn.execute(_FINISH, values).rowcount == 1
 
 
 def end_turn(
