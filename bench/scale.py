@@ -68,9 +68,8 @@ class Operations:
     def claim(self, _: int) -> None:
         with rolled_back(self.run) as conn:
             ttl = timedelta(seconds=30)
-            claim = queueing.claim_next(
-                conn, self.agent_id, now=utcnow(), lease_ttl=ttl, max_recoveries=10
-            )
+            agent = queueing.AgentRef(self.agent_id, self.agent.agent_type, self.agent.name)
+            claim = queueing.claim_next(conn, agent, now=utcnow(), lease_ttl=ttl, max_recoveries=10)
             assert isinstance(claim, queueing.Claim), claim
 
     def admit(self, index: int) -> None:

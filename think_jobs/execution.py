@@ -49,7 +49,11 @@ def _active(address: str) -> Iterator[None]:
 
 
 def claim(
-    jobs: ThinkJobs, agent: queueing.AgentRef, *, caller_turn_id: int | None = None
+    jobs: ThinkJobs,
+    agent: queueing.AgentRef,
+    *,
+    caller_turn_id: int | None = None,
+    held_token: str | None = None,
 ) -> queueing.Claim | queueing.NotClaimed:
     """Take the agent's lease and start its next turn (see ``queueing.claim_next``); a turn
     whose messages are already applied gets its conversation read in the same transaction."""
@@ -62,6 +66,7 @@ def claim(
             lease_ttl=timedelta(seconds=settings.lease_ttl_s),
             max_recoveries=settings.recovery_max_attempts,
             caller_turn_id=caller_turn_id,
+            held_token=held_token,
         )
         if isinstance(claimed, queueing.Claim) and claimed.turn.messages_applied:
             history = conversation_ops.load_messages_json(conn, agent.id)
@@ -78,35 +83,40 @@ def execute(jobs: ThinkJobs, claim: queueing.Claim, caller: CallerTurn | None = 
 
 
 def run_and_release(
-    jobs: ThinkJobs, claim: queueing.Claim, caller: CallerTurn | None = None
+    jobs: ThinkJobs,
+    claim: queueing.Claim,
+    caller: CallerTurn | None = None,
+    *,
+    keep_lease: bool = False,
 ) -> tuple[TurnResult, queueing.Released | None]:
     """Run the claimed turn and release the lease; the caller decides who runs what is next.
 
-    Returns no ``Released`` when the lease was lost (someone else owns the turn now) or the
-    release itself failed (the lease will expire).
+    Returns no ``Released`` when the lease was lost (someone else owns the turn now), the
+    release itself failed (the lease will expire), or ``keep_lease`` kept it for the caller's
+    next ``claim(..., held_token=claim.token)``.
     """
     run: TurnRun | None = None
     try:
         agent = jobs.instantiate(claim.agent_type, claim.agent_name)
-        run = TurnRun(jobs, agent, claim, caller)
+        run = TurnRun(jobs, agent, claim, caller, keep_lease=keep_lease)
         with _active(agent.address):
             result = run.perform()
     finally:
-        released = _end_attempt(jobs, claim, run)
+        released = _end_attempt(jobs, claim, run, keep_lease=keep_lease)
     return result, released
 
 
 def _end_attempt(
-    jobs: ThinkJobs, claim: queueing.Claim, run: TurnRun | None
+    jobs: ThinkJobs, claim: queueing.Claim, run: TurnRun | None, *, keep_lease: bool
 ) -> queueing.Released | None:
-    """Stop the watch and give the lease back, unless it was already released or lost."""
+    """Stop the watch and give the lease back, unless it was released, lost or kept."""
     if run is None:
         return _release(jobs, claim)
     run.watch.close()
     if run.released is not None:
         return run.released
     lease_lost = run.watch.reason is not None and run.watch.reason.kind == "lease_lost"
-    return None if lease_lost else _release(jobs, claim)
+    return None if lease_lost or keep_lease else _release(jobs, claim)
 
 
 def _release(jobs: ThinkJobs, claim: queueing.Claim) -> queueing.Released | None:

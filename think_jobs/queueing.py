@@ -156,15 +156,17 @@ def claim_next(
     lease_ttl: timedelta,
     max_recoveries: int,
     caller_turn_id: int | None = None,
+    held_token: str | None = None,
 ) -> Claim | NotClaimed:
     """Take the agent's lease and start its head turn, all in ``conn``'s transaction.
 
     ``caller_turn_id`` is the blocking turn of the calling process, which it may run; any
     process may run a durable submission at the head (callers help drain what is ahead of
-    them, so a blocking call never depends on a free worker slot).
+    them, so a blocking call never depends on a free worker slot). ``held_token`` continues
+    with a lease this process kept from its previous turn (renewed, not taken again).
     """
-    token = uuid.uuid4().hex
-    if not agent_ops.try_acquire_lease(conn, agent.id, token, now=now, ttl=lease_ttl):
+    token = held_token or uuid.uuid4().hex
+    if not _take_lease(conn, agent.id, token, held=held_token is not None, now=now, ttl=lease_ttl):
         return NotClaimed("busy")
     holder = _Holder(agent, token)
     for _ in range(_MAX_STALE_HEADS):
@@ -179,6 +181,14 @@ def claim_next(
             return outcome
     agent_ops.release_lease(conn, agent.id, token)
     return NotClaimed("busy")
+
+
+def _take_lease(
+    conn: Connection, agent_id: int, token: str, *, held: bool, now: datetime, ttl: timedelta
+) -> bool:
+    if held:
+        return agent_ops.renew_lease(conn, agent_id, token, now=now, ttl=ttl)
+    return agent_ops.try_acquire_lease(conn, agent_id, token, now=now, ttl=ttl)
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,13 @@ class TurnResult:
 
 class TurnRun:
     def __init__(
-        self, jobs: ThinkJobs, agent: Think, claim: queueing.Claim, caller: CallerTurn | None
+        self,
+        jobs: ThinkJobs,
+        agent: Think,
+        claim: queueing.Claim,
+        caller: CallerTurn | None,
+        *,
+        keep_lease: bool = False,
     ) -> None:
         self.jobs = jobs
         self.agent = agent
@@ -81,7 +87,7 @@ class TurnRun:
         self.claimed_history = claim.history
         # With no hook or callback to run inside the turn after the final write, that write
         # also releases the lease: one transaction less per turn.
-        self.release_with_finish = caller is None and not has_turn_hooks(agent)
+        self.release_with_finish = caller is None and not keep_lease and not has_turn_hooks(agent)
         self.released: queueing.Released | None = None
         self.watch = TurnWatch(
             jobs,

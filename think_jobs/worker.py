@@ -45,20 +45,22 @@ def drain(jobs: ThinkJobs, agent_id: int) -> str:
     if isinstance(agent, str):
         return agent
     deadline = time.monotonic() + jobs.settings.drain_slice_s
-    ran = 0
+    ran, held = 0, None
     while True:
-        claim = execution.claim(jobs, agent)
+        claim = execution.claim(jobs, agent, held_token=held)
         if isinstance(claim, queueing.NotClaimed):
             if claim.reason == "caller":
                 jobs.dispatch.wake_callers(f"{agent.agent_type}:{agent.agent_name}")
             return f"ran {ran}" if ran else claim.reason
-        _, released = execution.run_and_release(jobs, claim)
+        keep = time.monotonic() < deadline  # then the next claim reuses this lease
+        _, released = execution.run_and_release(jobs, claim, keep_lease=keep)
         ran += 1
-        if released is None:
-            return f"ran {ran}"
-        if not (released.needs_worker and time.monotonic() < deadline):
+        if keep:
+            held = claim.token
+            continue
+        if released is not None:
             execution.hand_on(jobs, claim, released)
-            return f"ran {ran}"
+        return f"ran {ran}"
 
 
 def _agent_ref(jobs: ThinkJobs, agent_id: int) -> queueing.AgentRef | str:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, case, func, or_, select, update
+from sqlalchemy import Connection, bindparam, case, func, or_, select, union, update
 
 from think_jobs.db.dialect import insert_ignoring_conflicts
 from think_jobs.db.tables import agents, turns
@@ -124,17 +124,21 @@ def get_last_body(conn: Connection, agent_id: int) -> dict[str, Any] | None:
 
 
 def agents_needing_a_drain(conn: Connection, *, now: datetime, limit: int) -> list[int]:
-    """Agents with pending turns whose lease is free or expired (the sweeper enqueues them)."""
-    pending = (
-        select(turns.c.agent_id)
-        .where(turns.c.status.in_(("pending", "running")))
-        .group_by(turns.c.agent_id)
-        .subquery()
-    )
+    """Agents with pending turns whose lease is free or expired (the sweeper enqueues them).
+
+    Driven from the active turns (an index probe per status), so its cost follows the work
+    waiting, not the size of the history.
+    """
+    active = union(
+        select(turns.c.agent_id).where(turns.c.status == "pending"),
+        select(turns.c.agent_id).where(turns.c.status == "running"),
+    ).subquery()
     query = (
         select(agents.c.id)
-        .join(pending, pending.c.agent_id == agents.c.id)
-        .where(or_(agents.c.lease_expires_at.is_(None), agents.c.lease_expires_at < now))
+        .where(
+            agents.c.id.in_(select(active.c.agent_id)),
+            or_(agents.c.lease_expires_at.is_(None), agents.c.lease_expires_at < now),
+        )
         .order_by(agents.c.id)
         .limit(limit)
     )
