@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -16,25 +15,18 @@ APP_HELP = "The ThinkJobs object as module:attribute (default: $THINK_JOBS_APP).
 
 
 def load_app(spec: str | None) -> ThinkJobs:
-    """Import ``module:attribute`` and return the ThinkJobs object it names."""
+    """The ThinkJobs object ``--app`` (or ``$THINK_JOBS_APP``) names; the defaults without one."""
+    from think_jobs.app_loading import APP_VARIABLE, load_jobs
+    from think_jobs.errors import ConfigurationError
     from think_jobs.runtime import ThinkJobs
 
-    spec = spec or os.environ.get("THINK_JOBS_APP")
+    spec = spec or os.environ.get(APP_VARIABLE)
     if not spec:
         return ThinkJobs()
-    module_name, _, attribute = spec.partition(":")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise click.UsageError(
-            f"cannot import {module_name!r} from --app {spec!r}: {error}"
-        ) from error
-    found: Any = getattr(module, attribute or "jobs", None)
-    if not isinstance(found, ThinkJobs):
-        raise click.UsageError(f"--app {spec!r} does not name a ThinkJobs object")
-    return found
+        return load_jobs(spec)
+    except ConfigurationError as error:
+        raise click.UsageError(f"--app: {error}") from error
 
 
 app_option = click.option("--app", "-A", "app_spec", default=None, help=APP_HELP)

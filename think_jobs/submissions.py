@@ -112,12 +112,17 @@ def _admit(agent: Think, values: dict[str, Any]) -> queueing.Admission:
     raise AssertionError("unreachable")
 
 
-def inspect(agent: Think, submission_id: str) -> SubmissionInspection | None:
+def find_turn(agent: Think, request_id: str) -> turn_ops.TurnRecord | None:
+    """The agent's turn with this request id (None: no such agent or turn)."""
     agent_id = agent.jobs.agent_id_of(agent, create=False)
     if agent_id is None:
         return None
     with agent.jobs.db.read() as conn:
-        turn = turn_ops.get_turn(conn, agent_id, submission_id)
+        return turn_ops.get_turn(conn, agent_id, request_id)
+
+
+def inspect(agent: Think, submission_id: str) -> SubmissionInspection | None:
+    turn = find_turn(agent, submission_id)
     return inspection_of(turn) if turn is not None and turn.is_submission else None
 
 

@@ -283,15 +283,12 @@ def find_submission(agent: Think, idempotency_key: str) -> SubmissionInspection 
 
 def assistant_reply(agent: Think, submission_id: str) -> UIMessage | None:
     """The assistant message the submission's turn stored (None if it produced nothing)."""
-    agent_id = agent.jobs.agent_id_of(agent, create=False)
-    if agent_id is None:
+    turn = submissions.find_turn(agent, submission_id)
+    if turn is None or turn.assistant_message_id is None:
         return None
     with agent.jobs.db.read() as conn:
-        turn = turn_ops.get_turn(conn, agent_id, submission_id)
-        if turn is None or turn.assistant_message_id is None:
-            return None
         query = select(message_rows.c.data).where(
-            message_rows.c.agent_id == agent_id,
+            message_rows.c.agent_id == turn.agent_id,
             message_rows.c.message_id == turn.assistant_message_id,
         )
         data = conn.execute(query).scalar_one_or_none()

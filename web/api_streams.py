@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from flask import Response, request
 
-from think_jobs import Think
-from think_jobs.db import turns as turn_ops
+from think_jobs import Think, submissions
 from think_jobs.streaming import decode_event
 from web import auth, params, sse
 from web.errors import ApiError
@@ -61,11 +60,7 @@ def cancel(agent_type: str, agent_name: str, request_id: str) -> Response:
 
 def stored_status(agent: Think, request_id: str) -> str | None:
     """The turn's status in the database (None: no such turn)."""
-    agent_id = agent.jobs.agent_id_of(agent, create=False)
-    if agent_id is None:
-        return None
-    with agent.jobs.db.read() as conn:
-        turn = turn_ops.get_turn(conn, agent_id, request_id)
+    turn = submissions.find_turn(agent, request_id)
     return None if turn is None else turn.status
 
 

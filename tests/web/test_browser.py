@@ -8,56 +8,20 @@ the README shows), else to the test's temporary directory.
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from flask import Flask
-from playwright.sync_api import Browser, Page, expect, sync_playwright
-from werkzeug.serving import make_server
+from playwright.sync_api import Browser, Page, expect
 
 from tests.support.builders import directive
-from tests.support.processes import ROOT, free_port
-from tests.web.conftest import TEST_CONFIG
+from tests.support.processes import ROOT
 from tests.web.support import FULL, FULL_TOKEN
 from think_jobs import ThinkJobs
 from think_jobs.testing import worker
-from web import create_app
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("backend", ["postgres"])]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 WORDS = " ".join(f"word{i}" for i in range(12))
-
-
-@pytest.fixture
-def base_url(web_jobs: ThinkJobs) -> Iterator[str]:
-    app = create_app(web_jobs, {**TEST_CONFIG, "TESTING": False})
-    port = free_port()
-    server = make_server("127.0.0.1", port, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{port}"
-    server.shutdown()
-    thread.join(10)
-
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        raise RuntimeError(f"{CHROMIUM} is missing: apt-get install -y chromium (Debian's build)")
-    with sync_playwright() as playwright:
-        found = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield found
-        found.close()
 
 
 @pytest.fixture

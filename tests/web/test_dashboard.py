@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,15 +19,14 @@ from xml.etree import ElementTree
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 from sqlalchemy import update
 
 from tests.apps.agents import Recorder
 from tests.support.builders import directive, wait_for_status
-from tests.support.processes import ROOT, free_port
+from tests.support.processes import ROOT
 from tests.web.conftest import TEST_CONFIG
 from tests.web.support import FULL, READ_TOKEN, log_in
-from tests.web.test_browser import CHROMIUM, CHROMIUM_ARGS
 from think_jobs import ThinkJobs
 from think_jobs.context import utcnow
 from think_jobs.db import dashboard as queries
@@ -275,29 +273,6 @@ def test_charts_are_well_formed_svg_with_titles_and_gaps() -> None:
 
 
 # -- in a real browser -------------------------------------------------------------------------
-
-
-@pytest.fixture
-def base_url(app: Flask) -> Iterator[str]:
-    from werkzeug.serving import make_server
-
-    app.testing = False
-    server = make_server("127.0.0.1", free_port(), app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.port}"
-    server.shutdown()
-    thread.join(10)
-
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        raise RuntimeError(f"{CHROMIUM} is missing: apt-get install -y chromium (Debian's build)")
-    with sync_playwright() as playwright:
-        found = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield found
-        found.close()
 
 
 @pytest.mark.slow
