@@ -55,9 +55,13 @@ class Operations:
         self.run = run
         self.agent = run.jobs.get_agent(OneChunk, MEASURED)
         self.agent_id = agent_id
+        self.cursor = self.agent.list_submissions(limit=100)[-1].submission_id
 
     def list_newest(self, _: int) -> None:
         assert len(self.agent.list_submissions(limit=50)) == 50
+
+    def list_older(self, _: int) -> None:
+        assert len(self.agent.list_submissions(limit=50, before=self.cursor)) == 50
 
     def list_pending(self, _: int) -> None:
         assert len(self.agent.list_submissions(status="pending")) == 3
@@ -92,6 +96,7 @@ class Operations:
 
 OPERATIONS: dict[str, str] = {
     "list_submissions() p50 (ms)": "list_newest",
+    "list_submissions(before=cursor) p50 (ms)": "list_older",
     "list_submissions(status=pending) p50 (ms)": "list_pending",
     "list_submissions(status=[completed, error]) p50 (ms)": "list_terminal",
     "claim_next (rolled back) p50 (ms)": "claim",

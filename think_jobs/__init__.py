@@ -22,6 +22,7 @@ from think_jobs.errors import (
     SubmissionConflictError,
     ThinkJobsError,
     TurnFailedError,
+    UnknownCursorError,
 )
 from think_jobs.messages import UIMessage
 from think_jobs.models.base import Model, ModelRequest
@@ -72,5 +73,6 @@ __all__ = [
     "TurnContext",
     "TurnFailedError",
     "UIMessage",
+    "UnknownCursorError",
     "tool",
 ]

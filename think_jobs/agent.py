@@ -128,9 +128,10 @@ class Think:
         return submissions.inspect(self, submission_id)
 
     def list_submissions(
-        self, *, status: StatusFilter = None, limit: int = 50
+        self, *, status: StatusFilter = None, limit: int = 50, before: str | None = None
     ) -> list[SubmissionInspection]:
-        return submissions.list_for(self, status=status, limit=limit)
+        """Newest first; ``before`` (a submission id from an earlier page) lists what is older."""
+        return submissions.list_for(self, status=status, limit=limit, before=before)
 
     def cancel_submission(self, submission_id: str, reason: str | None = None) -> None:
         submissions.cancel(self, submission_id, reason)

@@ -129,6 +129,7 @@ def submissions() -> None:
 @click.argument("name")
 @click.option("--status", "statuses", multiple=True, help="Filter (repeatable).")
 @click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--before", default=None, help="Only older than this submission id (next page).")
 @json_option
 def list_command(
     app_spec: str | None,
@@ -136,11 +137,12 @@ def list_command(
     name: str,
     statuses: tuple[str, ...],
     limit: int,
+    before: str | None,
     as_json: bool,
 ) -> None:
     """Newest first."""
     agent = agent_of(app_spec, agent_type, name)
-    found = agent.list_submissions(status=list(statuses) or None, limit=limit)
+    found = agent.list_submissions(status=list(statuses) or None, limit=limit, before=before)
     if as_json:
         _dump([item.model_dump(mode="json") for item in found])
     else:

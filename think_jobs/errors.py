@@ -50,6 +50,10 @@ class ScheduleError(InvalidInputError):
     """A schedule phrase, timezone or scheduled-task definition that cannot be used."""
 
 
+class UnknownCursorError(InvalidInputError, LookupError):
+    """A ``before=`` cursor that names no submission of the agent (HTTP 404 in the web app)."""
+
+
 class SubmissionConflictError(ThinkJobsError):
     """``submission_id`` and ``idempotency_key`` refer to different submissions."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ from think_jobs import cancellation, metrics, queueing, tracing, validation
 from think_jobs.context import utcnow
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.turns import TurnRecord
-from think_jobs.errors import InvalidInputError
+from think_jobs.errors import InvalidInputError, UnknownCursorError
 from think_jobs.messages import UIMessage
 from think_jobs.results import (
     TERMINAL_STATUSES,
@@ -112,7 +113,7 @@ def _admit(agent: Think, values: dict[str, Any]) -> queueing.Admission:
     raise AssertionError("unreachable")
 
 
-def find_turn(agent: Think, request_id: str) -> turn_ops.TurnRecord | None:
+def find_turn(agent: Think, request_id: str) -> TurnRecord | None:
     """The agent's turn with this request id (None: no such agent or turn)."""
     agent_id = agent.jobs.agent_id_of(agent, create=False)
     if agent_id is None:
@@ -138,15 +139,47 @@ def statuses_of(status: StatusFilter, *, default: Iterable[str] | None) -> list[
         raise InvalidInputError(f"unknown submission status in {values!r}; use {known}") from error
 
 
-def list_for(agent: Think, *, status: StatusFilter, limit: int) -> list[SubmissionInspection]:
+def list_for(
+    agent: Think, *, status: StatusFilter, limit: int, before: str | None = None
+) -> list[SubmissionInspection]:
+    return page_of(agent, status=status, limit=limit, before=before).rows
+
+
+@dataclass(frozen=True)
+class SubmissionPage:
+    """One page of a listing; ``next_before`` is the cursor of the next, older page."""
+
+    rows: list[SubmissionInspection]
+    next_before: str | None
+
+
+def page_of(
+    agent: Think, *, status: StatusFilter, limit: int, before: str | None = None
+) -> SubmissionPage:
+    """Up to ``limit`` (1 to 100) submissions older than ``before``, newest first."""
     statuses = statuses_of(status, default=None)
     limit = validation.clamp(limit, 1, 100, "limit")
     agent_id = agent.jobs.agent_id_of(agent, create=False)
     if agent_id is None:
-        return []
+        if before is not None:
+            raise _unknown_cursor(agent, before)
+        return SubmissionPage([], None)
     with agent.jobs.db.read() as conn:
-        turns = turn_ops.list_submissions(conn, agent_id, statuses=statuses, limit=limit)
-    return [inspection_of(turn) for turn in turns]
+        cursor = None if before is None else turn_ops.get_turn(conn, agent_id, before)
+        if before is not None and (cursor is None or not cursor.is_submission):
+            raise _unknown_cursor(agent, before)
+        found = turn_ops.list_submissions(
+            conn, agent_id, statuses=statuses, limit=limit + 1, before=cursor
+        )
+    rows = [inspection_of(turn) for turn in found[:limit]]
+    return SubmissionPage(rows, rows[-1].submission_id if len(found) > limit else None)
+
+
+def _unknown_cursor(agent: Think, before: str) -> UnknownCursorError:
+    return UnknownCursorError(
+        f"list_submissions: before={before!r} is not a submission of agent {agent.address}; "
+        "pass the submission_id of the last row of the previous page"
+    )
 
 
 def cancel(agent: Think, submission_id: str, reason: str | None) -> None:

@@ -22,6 +22,7 @@ from pydantic import Field
 from werkzeug.routing import BuildError
 
 from think_jobs import SubmissionStatus
+from think_jobs import submissions as submissions_listing
 from web import admin_data, auth, csrf, params, security
 from web import dashboard as dashboard_page
 from web.admin_auth import handle_error, login_target
@@ -46,7 +47,7 @@ FLASH = "think_jobs"
 
 class PageQuery(StrictModel):
     status: list[SubmissionStatus] | None = None
-    page: int = Field(1, ge=1, le=100)
+    before: str | None = Field(None, min_length=1, max_length=512)
 
 
 @bp.context_processor
@@ -113,9 +114,13 @@ def submissions(agent_type: str, agent_name: str) -> str:
     agent = params.agent(agent_type, agent_name)
     query = params.query(PageQuery)
     size = int(current_app.config["THINK_JOBS_ADMIN_PAGE_SIZE"])
-    page = admin_data.submissions_page(agent, statuses=query.status, page=query.page, size=size)
+    page = submissions_listing.page_of(agent, status=query.status, limit=size, before=query.before)
     return render_template(
-        "think_jobs/submissions.html", agent=agent, page=page, selected=query.status or []
+        "think_jobs/submissions.html",
+        agent=agent,
+        page=page,
+        before=query.before,
+        selected=query.status or [],
     )
 
 

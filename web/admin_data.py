@@ -2,34 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from think_jobs import SubmissionInspection, SubmissionStatus, Think
+from think_jobs import Think
 from think_jobs.results import StreamEvent
 from think_jobs.streaming import buffered_events
-
-MAX_LISTED = 100  # list_submissions returns at most this many rows
-
-
-@dataclass(frozen=True)
-class SubmissionPage:
-    rows: list[SubmissionInspection]
-    page: int
-    has_next: bool
-    capped: bool  # more exist than the core lists (newest 100 only)
-
-
-def submissions_page(
-    agent: Think, *, statuses: Sequence[SubmissionStatus] | None, page: int, size: int
-) -> SubmissionPage:
-    """Rows of page ``page`` (from 1), newest first."""
-    wanted = page * size
-    found = agent.list_submissions(status=statuses or None, limit=min(MAX_LISTED, wanted + 1))
-    rows = found[(page - 1) * size : wanted]
-    capped = wanted >= MAX_LISTED and len(found) >= MAX_LISTED
-    return SubmissionPage(rows, page, has_next=len(found) > wanted, capped=capped)
 
 
 @dataclass

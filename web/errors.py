@@ -3,6 +3,7 @@
 Core errors map to status codes here, at the boundary, and nowhere else:
 
 ==============================  ====  ========================
+UnknownCursorError              404   unknown_cursor
 InvalidInputError (and kids)    400   invalid_input, ...
 AgentNotRegisteredError         404   agent_not_registered
 SubmissionConflictError         409   submission_conflict
@@ -32,6 +33,7 @@ from think_jobs.errors import (
     StorageUnavailableError,
     SubmissionConflictError,
     ThinkJobsError,
+    UnknownCursorError,
 )
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,7 @@ HTTP_TYPES = {
 }
 _CORE: tuple[tuple[type[Exception], int, str], ...] = (
     (AgentNotRegisteredError, 404, "agent_not_registered"),
+    (UnknownCursorError, 404, "unknown_cursor"),
     (EmptySubmissionError, 400, "empty_submission"),
     (MessageValidationError, 400, "message_validation"),
     (InvalidInputError, 400, "invalid_input"),

@@ -66,6 +66,10 @@ class ListQuery(StrictModel):
 
     status: list[SubmissionStatus] | None = None
     limit: int = Field(50, ge=1, le=100)
+    before: Identifier | None = Field(
+        None,
+        description="List what is older than this submission (the previous page's next_before).",
+    )
 
 
 class DeleteManyQuery(StrictModel):
@@ -96,6 +100,9 @@ class AgentList(StrictModel):
 
 class SubmissionList(StrictModel):
     submissions: list[SubmissionInspection]
+    next_before: str | None = Field(
+        None, description="Pass as ``before`` for the next (older) page; null on the last page."
+    )
 
 
 class MessageList(StrictModel):

@@ -55,6 +55,10 @@ def test_submit_follow_and_submissions_commands(jobs: ThinkJobs, env: dict[str, 
     assert again["accepted"] is False and again["status"] == "completed"
     listed = json.loads(run_ok("submissions", "list", *APP, "Support", "cli", "--json", env=env))
     assert [item["submission_id"] for item in listed] == [again["submission_id"]]
+    older = ("submissions", "list", *APP, "Support", "cli", "--before")
+    assert json.loads(run_ok(*older, again["submission_id"], "--json", env=env)) == []
+    unknown = think_jobs(*older, "nope", env=env)
+    assert unknown.returncode == 1 and "UnknownCursorError" in unknown.stderr
     table = run_ok("submissions", "list", *APP, "Support", "cli", env=env)
     assert again["submission_id"] in table and "completed" in table
     inspected = json.loads(

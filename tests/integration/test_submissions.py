@@ -18,6 +18,7 @@ from think_jobs import (
     SubmissionInspection,
     Think,
     ThinkJobs,
+    UnknownCursorError,
 )
 from think_jobs.db.tables import turns
 from think_jobs.models import ScriptedModel
@@ -312,6 +313,40 @@ def test_list_is_newest_first_and_filters_before_the_limit(jobs: ThinkJobs) -> N
     both = agent.list_submissions(status=["aborted", "pending"], limit=10)
     assert [s.submission_id for s in both] == ["s4", "s3", "s2", "s1", "s0"]
     assert [s.submission_id for s in agent.list_submissions(status="pending")] == ["s4", "s2", "s0"]
+
+
+def test_list_pages_with_a_before_cursor_in_the_same_order_as_one_listing(
+    jobs: ThinkJobs,
+) -> None:
+    agent = jobs.get_agent(Support, "a")
+    for i in range(7):
+        agent.submit_messages([user(str(i))], submission_id=f"s{i}")
+    agent.cancel_submission("s2")
+    with jobs.db.write() as conn:  # a tie on created_at: the submission id decides
+        same = select(turns.c.created_at).where(turns.c.request_id == "s3").scalar_subquery()
+        conn.execute(turns.update().where(turns.c.request_id == "s4").values(created_at=same))
+    whole = [s.submission_id for s in agent.list_submissions()]
+    assert whole == ["s6", "s5", "s4", "s3", "s2", "s1", "s0"]
+    pages, before = [], None
+    while page := agent.list_submissions(limit=3, before=before):
+        pages.append([s.submission_id for s in page])
+        before = page[-1].submission_id
+    assert pages == [whole[:3], whole[3:6], whole[6:]]
+    pending = agent.list_submissions(status="pending", limit=10, before="s4")
+    assert [s.submission_id for s in pending] == ["s3", "s1", "s0"]
+
+
+def test_list_rejects_a_before_cursor_that_is_not_a_submission_of_the_agent(
+    jobs: ThinkJobs,
+) -> None:
+    agent = jobs.get_agent(Support, "a")
+    agent.submit_messages([user("hi")], submission_id="mine")
+    jobs.get_agent(Support, "b").submit_messages([user("hi")], submission_id="theirs")
+    for cursor in ("theirs", "nope"):
+        with pytest.raises(UnknownCursorError, match="is not a submission of agent"):
+            agent.list_submissions(before=cursor)
+    with pytest.raises(UnknownCursorError, match="is not a submission of agent"):
+        jobs.get_agent(Support, "never-written").list_submissions(before="mine")
 
 
 def test_list_limit_is_clamped_to_1_and_100(jobs: ThinkJobs) -> None:

@@ -63,14 +63,17 @@ def test_submissions_filter_and_pages(web_jobs: ThinkJobs) -> None:
         agent.submit_messages([user(str(i))], submission_id=f"s-{i}")
     agent.cancel_submission("s-1")
     first = client.get(AGENT_PAGE).get_data(as_text=True)
-    assert rows(first) == ["s-4", "s-3"] and "older →" in first and "← newer" not in first
-    last = client.get(AGENT_PAGE, query_string={"page": "3"}).get_data(as_text=True)
-    assert rows(last) == ["s-0"] and "older →" not in last and "← newer" in last
+    assert rows(first) == ["s-4", "s-3"] and "older →" in first and "← newest" not in first
+    second = client.get(AGENT_PAGE, query_string={"before": "s-3"}).get_data(as_text=True)
+    assert rows(second) == ["s-2", "s-1"] and "before=s-1" in second and "← newest" in second
+    last = client.get(AGENT_PAGE, query_string={"before": "s-1"}).get_data(as_text=True)
+    assert rows(last) == ["s-0"] and "older →" not in last and "← newest" in last
     filtered = client.get(AGENT_PAGE, query_string={"status": "aborted"}).get_data(as_text=True)
     assert rows(filtered) == ["s-1"] and 'value="aborted" checked' in filtered
-    both = client.get(AGENT_PAGE + "?status=aborted&status=pending&page=2").get_data(as_text=True)
-    assert rows(both) == ["s-2", "s-1"]
-    assert "status=aborted&amp;status=pending&amp;page=3" in both  # filters survive paging
+    both = client.get(AGENT_PAGE + "?status=aborted&status=pending&before=s-3")
+    assert rows(both.get_data(as_text=True)) == ["s-2", "s-1"]
+    assert "status=aborted&amp;status=pending&amp;before=s-1" in both.get_data(as_text=True)
+    assert client.get(AGENT_PAGE + "?before=nope").status_code == 404
     assert client.get(AGENT_PAGE + "?status=bogus").status_code == 400
 
 

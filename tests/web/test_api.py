@@ -118,6 +118,17 @@ def test_submit_header_and_field_must_agree(client: FlaskClient) -> None:
     assert "differ" in str(error_of(response)["message"])
 
 
+def test_submit_rejects_a_bad_idempotency_key_header_and_stores_nothing(
+    client: FlaskClient,
+) -> None:
+    for bad in ("k" * 600, ""):
+        response = client.post(
+            SUBMISSIONS, headers={**FULL, "Idempotency-Key": bad}, json={"messages": [user("a")]}
+        )
+        assert response.status_code == 400, bad
+    assert client.get(SUBMISSIONS, headers=FULL).json == {"submissions": [], "next_before": None}
+
+
 def test_submit_conflict_is_409(client: FlaskClient) -> None:
     submit(client, submission_id="s-1", idempotency_key="k-1")
     response = client.post(
@@ -146,7 +157,7 @@ def test_submit_validation_errors_are_400_and_store_nothing(client: FlaskClient)
     bad_part = client.post(SUBMISSIONS, headers=FULL, json=cases["message_validation"])
     assert "messages[0].parts[0].type" in str(error_of(bad_part)["message"])
     listed = client.get(SUBMISSIONS, headers=FULL).json
-    assert listed == {"submissions": []}
+    assert listed == {"submissions": [], "next_before": None}
 
 
 def test_submit_rejects_bad_json_wrong_type_and_bad_ids(client: FlaskClient) -> None:
@@ -194,6 +205,25 @@ def test_list_filters_by_status_and_limits(client: FlaskClient) -> None:
         response = client.get(f"{SUBMISSIONS}?{bad}", headers=FULL)
         assert response.status_code == 400, bad
         assert error_of(response)["type"] == "validation_error"
+
+
+def test_list_pages_with_next_before(client: FlaskClient) -> None:
+    ids = [submit(client, submission_id=f"s-{i}")["submission_id"] for i in range(5)]
+    pages: list[list[str]] = []
+    query = "limit=2"
+    while True:
+        body = client.get(f"{SUBMISSIONS}?{query}", headers=FULL).json
+        assert body is not None
+        pages.append([s["submission_id"] for s in body["submissions"]])
+        if body["next_before"] is None:
+            break
+        query = f"limit=2&before={body['next_before']}"
+    assert pages == [ids[4:2:-1], ids[2:0:-1], ids[:1]]
+    exact = client.get(f"{SUBMISSIONS}?limit=5", headers=FULL).json
+    assert exact is not None and exact["next_before"] is None  # a full last page says so
+    response = client.get(f"{SUBMISSIONS}?before=elsewhere", headers=FULL)
+    assert response.status_code == 404 and error_of(response)["type"] == "unknown_cursor"
+    assert "is not a submission of agent" in str(error_of(response)["message"])
 
 
 def test_inspect_and_404(client: FlaskClient) -> None:

@@ -10,6 +10,7 @@ from flask import Flask
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import Case, GenerationMode
+from schemathesis.core.parameters import ParameterLocation
 
 from tests.web.conftest import TEST_CONFIG
 from tests.web.support import FULL
@@ -60,6 +61,14 @@ def test_document_covers_every_json_route_with_resolvable_schemas(app: Flask) ->
     assert "text/event-stream" in stream["get"]["responses"]["200"]["content"]
 
 
+def keeps_its_flaw(case: Case) -> bool:
+    """Negative cases with a flawed header are left out: every request is sent with a valid
+    bearer token, which repairs a missing or bad ``Authorization`` header, so the server would
+    rightly accept it. (Bad ``Idempotency-Key`` headers have their own test in test_api.)"""
+    meta = case.meta
+    return meta is None or not meta.is_negative_at(ParameterLocation.HEADER)
+
+
 def one_idempotency_key(case: Case) -> bool:
     """The document cannot say that the header and the field must agree (400 otherwise)."""
     header = (case.headers or {}).get("Idempotency-Key")
@@ -86,7 +95,7 @@ def test_fuzz_the_api_against_its_document(web_jobs: ThinkJobs, mode: Generation
 
     strategies = [op.as_strategy(generation_mode=mode) for op in operations]
 
-    @given(case=st.one_of(*strategies).filter(one_idempotency_key))
+    @given(case=st.one_of(*strategies).filter(one_idempotency_key).filter(keeps_its_flaw))
     @settings(
         max_examples=200,
         deadline=None,

@@ -7,7 +7,19 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, Select, bindparam, delete, or_, select, union_all, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    Select,
+    bindparam,
+    delete,
+    literal,
+    or_,
+    select,
+    tuple_,
+    union_all,
+    update,
+)
 
 from think_jobs.db.tables import turns
 
@@ -267,11 +279,23 @@ def active_turns(conn: Connection, agent_id: int) -> list[TurnRecord]:
 
 
 def list_submissions(
-    conn: Connection, agent_id: int, *, statuses: Sequence[str] | None, limit: int
+    conn: Connection,
+    agent_id: int,
+    *,
+    statuses: Sequence[str] | None,
+    limit: int,
+    before: TurnRecord | None = None,
 ) -> list[TurnRecord]:
+    """Newest first (``created_at``, then ``request_id``); ``before`` is a keyset cursor."""
     query = select(turns).where(turns.c.agent_id == agent_id, turns.c.kind == "submission")
     if statuses is not None:
         query = query.where(turns.c.status.in_(statuses))
+    if before is not None:
+        created, request = turns.c.created_at, turns.c.request_id
+        cursor = tuple_(
+            literal(before.created_at, created.type), literal(before.request_id, request.type)
+        )
+        query = query.where(tuple_(created, request) < cursor)
     query = query.order_by(turns.c.created_at.desc(), turns.c.request_id.desc()).limit(limit)
     return [_record(row) for row in conn.execute(query)]
 
