@@ -9,7 +9,7 @@ Scenarios, each against real worker processes, PostgreSQL and Redis:
 Every submission must end ``completed`` (or with a §9 error); nothing lost, no user message
 stored twice, no two turns of one agent overlapping, FIFO kept.
 
-    .venv/bin/python -m bench.reliability            # the README figures (about 1.5 minutes on 2 cores)
+    .venv/bin/python -m bench.reliability            # the README figures (~1.5 min, 2 cores)
     .venv/bin/python -m bench.reliability --quick    # a smoke run
 """
 

@@ -10,10 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,6 +23,7 @@ import psycopg
 import redis
 
 from bench.agents import AGENT_CLASSES, ready_key, register_bare_tasks
+from tests.support.processes import ManagedProcess, think_jobs_command
 from think_jobs import ThinkJobs
 from think_jobs.db.engine import Database
 from think_jobs.db.migrate import upgrade
@@ -196,36 +194,19 @@ def scratch(backend: str, **overrides: Any) -> Iterator[Scratch]:
             jobs.close()
 
 
-class WorkerProcess:
+class WorkerProcess(ManagedProcess):
     """One ``think-jobs worker --app bench.apps:jobs`` subprocess (log level WARNING, so the
     figures do not include per-task INFO logging); ready when ``bench.apps`` marks it in Redis."""
 
     def __init__(self, env: dict[str, str], *, concurrency: int, pool: str = "threads") -> None:
-        command = [
-            sys.executable, "-m", "think_jobs.cli", "worker", "--app", APP,
-            "-c", str(concurrency), "-P", pool, "-l", "WARNING",
+        command = think_jobs_command(
+            "worker", "--app", APP, "-c", str(concurrency), "-P", pool, "-l", "WARNING",
             "-n", f"bench-{uuid.uuid4().hex[:8]}@%h",
             "--without-mingle", "--without-gossip", "--without-heartbeat",
-        ]  # fmt: skip
-        self.process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env={**os.environ, **env},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        self.output: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        )  # fmt: skip
+        super().__init__(command, env, ready_marker="")
 
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.output.append(line)
-
-    def wait_ready(self, client: redis.Redis, key: str, timeout_s: float = 30.0) -> None:
+    def wait_consuming(self, client: redis.Redis, key: str, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
         while not client.sismember(key, str(self.process.pid)):
             if time.monotonic() > deadline or self.process.poll() is not None:
@@ -241,16 +222,6 @@ class WorkerProcess:
             return 0.0
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def stop(self, timeout_s: float = 30.0) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
-        self._reader.join(5)
-
 
 @contextmanager
 def worker_processes(
@@ -261,7 +232,7 @@ def worker_processes(
     workers = [WorkerProcess(env, concurrency=concurrency) for _ in range(count)]
     try:
         for process in workers:
-            process.wait_ready(run.jobs.redis, ready_key(run.jobs))
+            process.wait_consuming(run.jobs.redis, ready_key(run.jobs))
         yield workers
     finally:
         for process in workers:
