@@ -18,7 +18,6 @@ from flask import (
     url_for,
 )
 from flask.typing import ResponseReturnValue
-from pydantic import Field
 from werkzeug.routing import BuildError
 
 from think_jobs import SubmissionStatus
@@ -30,7 +29,7 @@ from web.api_agents import agent_list
 from web.api_streams import stored_status
 from web.errors import ApiError
 from web.extension import current_extension
-from web.schemas import StrictModel
+from web.schemas import Identifier, StrictModel
 
 bp = Blueprint(
     "think_jobs_admin",
@@ -47,7 +46,7 @@ FLASH = "think_jobs"
 
 class PageQuery(StrictModel):
     status: list[SubmissionStatus] | None = None
-    before: str | None = Field(None, min_length=1, max_length=512)
+    before: Identifier | None = None
 
 
 @bp.context_processor

@@ -74,6 +74,7 @@ def test_submissions_filter_and_pages(web_jobs: ThinkJobs) -> None:
     assert rows(both.get_data(as_text=True)) == ["s-2", "s-1"]
     assert "status=aborted&amp;status=pending&amp;before=s-1" in both.get_data(as_text=True)
     assert client.get(AGENT_PAGE + "?before=nope").status_code == 404
+    assert client.get(AGENT_PAGE + "?before=%00").status_code == 400
     assert client.get(AGENT_PAGE + "?status=bogus").status_code == 400
 
 
