@@ -7,7 +7,7 @@ import json
 import os
 import platform
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from pathlib import Path
@@ -134,6 +134,15 @@ def publish(figures: Sequence[Figure], args: argparse.Namespace) -> None:
     print(table(figures), flush=True)
     if args.json is not None:
         save(figures, args.json)
+
+
+def run_backends(
+    args: argparse.Namespace, run_backend: Callable[[str, argparse.Namespace], list[Figure]]
+) -> list[Figure]:
+    """Run ``run_backend`` on every chosen backend, print (and save) the figures together."""
+    figures = [f for backend in backends_of(args) for f in run_backend(backend, args)]
+    publish(figures, args)
+    return figures
 
 
 def parser(

@@ -23,7 +23,7 @@ import psycopg
 import redis
 
 from bench.agents import AGENT_CLASSES, ready_key, register_bare_tasks
-from tests.support.processes import ManagedProcess, think_jobs_command
+from tests.support.processes import WorkerProcess as TestWorkerProcess
 from think_jobs import ThinkJobs
 from think_jobs.db.engine import Database
 from think_jobs.db.migrate import upgrade
@@ -194,17 +194,20 @@ def scratch(backend: str, **overrides: Any) -> Iterator[Scratch]:
             jobs.close()
 
 
-class WorkerProcess(ManagedProcess):
+class WorkerProcess(TestWorkerProcess):
     """One ``think-jobs worker --app bench.apps:jobs`` subprocess (log level WARNING, so the
     figures do not include per-task INFO logging); ready when ``bench.apps`` marks it in Redis."""
 
     def __init__(self, env: dict[str, str], *, concurrency: int, pool: str = "threads") -> None:
-        command = think_jobs_command(
-            "worker", "--app", APP, "-c", str(concurrency), "-P", pool, "-l", "WARNING",
-            "-n", f"bench-{uuid.uuid4().hex[:8]}@%h",
-            "--without-mingle", "--without-gossip", "--without-heartbeat",
-        )  # fmt: skip
-        super().__init__(command, env, ready_marker="")
+        super().__init__(
+            env,
+            app=APP,
+            concurrency=concurrency,
+            pool=pool,
+            log_level="WARNING",
+            name="bench",
+            ready_marker="",
+        )
 
     def wait_consuming(self, client: redis.Redis, key: str, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s

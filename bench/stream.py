@@ -138,9 +138,7 @@ def main(argv: list[str] | None = None) -> list[Figure]:
     args = parser.parse_args(argv)
     if args.quick:
         args.chunks, args.rounds = 1000, 1
-    figures = [f for backend in report.backends_of(args) for f in run_backend(backend, args)]
-    report.publish(figures, args)
-    return figures
+    return report.run_backends(args, run_backend)
 
 
 if __name__ == "__main__":

@@ -74,15 +74,25 @@ def think_jobs_command(*args: str) -> list[str]:
 
 
 class WorkerProcess(ManagedProcess):
-    """One ``think-jobs worker`` subprocess."""
+    """One ``think-jobs worker`` subprocess (ready when Celery logs `` ready.`` at INFO)."""
 
-    def __init__(self, env: dict[str, str], *, app: str, concurrency: int, pool: str) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        *,
+        app: str,
+        concurrency: int,
+        pool: str,
+        log_level: str = "INFO",
+        name: str = "w",
+        ready_marker: str = " ready.",
+    ) -> None:
         command = think_jobs_command(
-            "worker", "--app", app, "-c", str(concurrency), "-P", pool, "-l", "INFO",
-            "-n", f"w-{uuid.uuid4().hex[:8]}@%h",
+            "worker", "--app", app, "-c", str(concurrency), "-P", pool, "-l", log_level,
+            "-n", f"{name}-{uuid.uuid4().hex[:8]}@%h",
             "--without-mingle", "--without-gossip", "--without-heartbeat",
         )  # fmt: skip
-        super().__init__(command, env, ready_marker=" ready.")
+        super().__init__(command, env, ready_marker=ready_marker)
 
 
 @contextmanager
