@@ -60,7 +60,8 @@ def query(model: type[Model]) -> Model:
     for key in request.args:
         values = request.args.getlist(key)
         if key in _LIST_FIELDS:
-            data[key] = [part for value in values for part in value.split(",") if part]
+            # An empty part (``status=``) is a mistake, not "no filter": it fails validation.
+            data[key] = [part for value in values for part in value.split(",")]
         else:
             data[key] = values[-1]
     known = {key: value for key, value in data.items() if key in model.model_fields}

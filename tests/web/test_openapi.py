@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -97,7 +98,7 @@ def test_fuzz_the_api_against_its_document(web_jobs: ThinkJobs, mode: Generation
 
     @given(case=st.one_of(*strategies).filter(one_idempotency_key).filter(keeps_its_flaw))
     @settings(
-        max_examples=200,
+        max_examples=int(os.environ.get("FUZZ_EXAMPLES", "200")),
         deadline=None,
         database=None,
         suppress_health_check=list(HealthCheck),
