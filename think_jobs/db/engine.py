@@ -5,10 +5,17 @@ transaction that later upgrades to a write lock can fail with "database is locke
 the timeout, while an immediate one simply waits its turn. PostgreSQL runs at READ COMMITTED;
 per-agent ordering comes from locking the agent row (see ``think_jobs.queueing``).
 Failures to reach the database surface as ``StorageUnavailableError`` with the cause chained.
+
+A pooled PostgreSQL connection is pinged when it comes out of the pool after more than
+``PING_AFTER_IDLE_S`` of rest, not on every checkout (SQLAlchemy's ``pool_pre_ping``): a ping is
+a round trip, and a worker's hot path takes a connection a few times per turn. A connection that
+died while in use (the server restarted under it) fails that one operation with
+``StorageUnavailableError``, and SQLAlchemy then discards every connection pooled before it.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -19,6 +26,8 @@ from sqlalchemy.engine import make_url
 from think_jobs.errors import ConfigurationError, StorageUnavailableError
 
 _WRITE = "think_jobs_write"
+_RESTED_SINCE = "think_jobs_rested_since"
+PING_AFTER_IDLE_S = 1.0
 _NOT_MIGRATED = (
     "the think-jobs tables do not exist yet: run `think-jobs db upgrade` (or jobs.migrate())"
 )
@@ -41,6 +50,25 @@ def _configure_sqlite(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
+def _ping_rested_connections(engine: Engine) -> None:
+    """Check a connection that rested in the pool before handing it out; a dead one is
+    replaced (raising ``DisconnectionError`` in ``checkout`` makes the pool reconnect)."""
+
+    @event.listens_for(engine, "checkin")
+    def on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info[_RESTED_SINCE] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        rested_since = record.info.get(_RESTED_SINCE)
+        if rested_since is None or time.monotonic() - rested_since < PING_AFTER_IDLE_S:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except engine.dialect.loaded_dbapi.Error as error:
+            raise exc.DisconnectionError(f"pooled connection is dead: {error}") from error
+
+
 def create_db_engine(url: str, *, pool_size: int) -> Engine:
     """An engine for ``url``; nothing connects until the first operation."""
     parsed = make_url(url)
@@ -53,13 +81,14 @@ def create_db_engine(url: str, *, pool_size: int) -> Engine:
         )
         _configure_sqlite(engine)
         return engine
-    return create_engine(
+    engine = create_engine(
         parsed,
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
         connect_args={"connect_timeout": 5} if parsed.get_backend_name() == "postgresql" else {},
     )
+    _ping_rested_connections(engine)
+    return engine
 
 
 class Database:
