@@ -9,6 +9,8 @@ Ordering lives in the database, not in Redis or Celery:
   (``lease_token``, ``lease_expires_at``), taken with a conditional UPDATE. The turn it runs
   is always the agent's head: the lowest ``seq`` that is pending or running. A running head
   found by a new lease holder was orphaned by a dead executor and goes to recovery first.
+  The common case, a submission at the head not yet begun, is started by one conditional
+  UPDATE that finds the head and marks it running (``turns.start_fresh_head``).
 - **Release** frees the lease and, in the same transaction, looks at the new head, so a turn
   admitted at that instant is never stranded: the releaser enqueues a drain for it (worker
   turns) or wakes the waiting caller (blocking turns).
@@ -169,6 +171,11 @@ def claim_next(
     if not _take_lease(conn, agent.id, token, held=held_token is not None, now=now, ttl=lease_ttl):
         return NotClaimed("busy")
     holder = _Holder(agent, token)
+    fresh = turn_ops.start_fresh_head(
+        conn, agent.id, now=now, assistant_message_id=new_message_id()
+    )
+    if fresh is not None:
+        return _apply_messages(conn, fresh, holder, now, recovering=False)
     for _ in range(_MAX_STALE_HEADS):
         head = turn_ops.head_turn(conn, agent.id)
         if head is None:
@@ -244,9 +251,18 @@ def _start(
         applying=applying,
     )
     if applying:
-        conversation_ops.append_messages(
-            conn, turn.agent_id, turn.messages or [], turn_id=turn.id, now=now
-        )
+        return _apply_messages(conn, turn, holder, now, recovering=recovering)
+    agent = holder.agent
+    return Claim(agent.id, agent.agent_type, agent.agent_name, holder.token, turn, recovering)
+
+
+def _apply_messages(
+    conn: Connection, turn: TurnRecord, holder: _Holder, now: datetime, *, recovering: bool
+) -> Claim:
+    """Append a submission's messages to the conversation as its attempt starts."""
+    conversation_ops.append_messages(
+        conn, turn.agent_id, turn.messages or [], turn_id=turn.id, now=now
+    )
     agent = holder.agent
     return Claim(agent.id, agent.agent_type, agent.agent_name, holder.token, turn, recovering)
 

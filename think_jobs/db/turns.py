@@ -13,6 +13,7 @@ from sqlalchemy import (
     Select,
     bindparam,
     delete,
+    func,
     literal,
     or_,
     select,
@@ -116,14 +117,14 @@ def find_by_request_or_key(
     return [_record(row) for row in conn.execute(query)]
 
 
-def _head_query(*columns: Any) -> Select[Any]:
+def _head_query(*columns: Any, agent_param: str = "agent_id") -> Select[Any]:
     """The lowest-seq active turn of ``:agent_id``: one index probe per status (a plain
     ``status IN (...) ORDER BY seq`` lets planners walk the agent's whole history instead)."""
 
     def lowest(status: str) -> Any:
         return (
             select(*columns)
-            .where(turns.c.agent_id == bindparam("agent_id"), turns.c.status == status)
+            .where(turns.c.agent_id == bindparam(agent_param), turns.c.status == status)
             .order_by(turns.c.seq)
             .limit(1)
             .subquery()
@@ -202,6 +203,47 @@ def start_attempt(
     }
     conn.execute(_START, {"turn_id": turn.id, **changes})
     return replace(turn, status="running", **changes)
+
+
+def _start_fresh_head_statement() -> Any:
+    """UPDATE that starts the agent's head iff it is a submission not yet begun, RETURNING it."""
+    head = _head_query(turns.c.id, turns.c.seq, agent_param="head_of").subquery()
+    return (
+        update(turns)
+        .where(
+            turns.c.id == select(head.c.id).scalar_subquery(),
+            turns.c.status == "pending",
+            turns.c.kind == "submission",
+            turns.c.messages_applied.is_(False),
+        )
+        .values(
+            status="running",
+            attempt=turns.c.attempt + 1,
+            started_at=func.coalesce(
+                turns.c.started_at, bindparam("now", type_=turns.c.started_at.type)
+            ),
+            assistant_message_id=func.coalesce(
+                turns.c.assistant_message_id, bindparam("new_message_id")
+            ),
+            messages_applied=True,
+        )
+        .returning(*turns.c)
+    )
+
+
+_START_FRESH_HEAD = _start_fresh_head_statement()
+
+
+def start_fresh_head(
+    conn: Connection, agent_id: int, *, now: datetime, assistant_message_id: str
+) -> TurnRecord | None:
+    """The common case of a claim in one round trip: when the agent's head is a pending
+    submission whose messages are not applied yet, mark it running (its messages being applied
+    in this transaction) and return it. None means "look at the head" (``head_turn``): there is
+    none, or it is running, blocking, or handed to recovery."""
+    values = {"head_of": agent_id, "now": now, "new_message_id": assistant_message_id}
+    row = conn.execute(_START_FRESH_HEAD, values).one_or_none()
+    return None if row is None else _record(row)
 
 
 def mark_messages_applied(conn: Connection, turn_id: int) -> None:

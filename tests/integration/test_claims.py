@@ -1,0 +1,70 @@
+"""Claims at the database level: a claim always starts the agent's head, whatever it is.
+
+A fresh submission at the head is started in one statement; anything else (a running turn
+left by a dead executor, a finished one in front) goes through the general path.
+"""
+
+from __future__ import annotations
+
+from tests.support.builders import user
+from think_jobs import Think, ThinkJobs
+from think_jobs.db import agents as agent_ops
+from think_jobs.execution import claim
+from think_jobs.models import ScriptedModel
+from think_jobs.queueing import AgentRef, Claim
+
+
+class Quiet(Think):
+    def get_model(self) -> ScriptedModel:
+        return ScriptedModel("ok")
+
+
+def queued(jobs: ThinkJobs, count: int) -> tuple[AgentRef, list[str]]:
+    """An agent with ``count`` pending submissions (no worker runs them)."""
+    jobs.register(Quiet)
+    agent = jobs.get_agent(Quiet, "a")
+    ids = [agent.submit_messages([user(f"u{i}", f"m{i}")]).submission_id for i in range(count)]
+    agent_id = jobs.agent_id_of(agent, create=False)
+    assert agent_id is not None
+    return AgentRef(agent_id, "Quiet", "a"), ids
+
+
+def claimed(jobs: ThinkJobs, agent: AgentRef) -> Claim:
+    result = claim(jobs, agent)
+    assert isinstance(result, Claim), result
+    return result
+
+
+def drop_lease(jobs: ThinkJobs, taken: Claim) -> None:
+    """What a killed executor leaves: its turn running, the lease gone."""
+    with jobs.db.write() as conn:
+        agent_ops.release_lease(conn, taken.agent_id, taken.token)
+
+
+def test_a_fresh_head_is_started_with_its_messages_applied(jobs: ThinkJobs) -> None:
+    agent, ids = queued(jobs, 2)
+    taken = claimed(jobs, agent)
+    assert taken.turn.request_id == ids[0]
+    assert (taken.turn.status, taken.turn.attempt, taken.recovering) == ("running", 1, False)
+    assert taken.turn.messages_applied and taken.turn.started_at is not None
+    assert taken.turn.assistant_message_id
+    assert [m.id for m in jobs.get_agent(Quiet, "a").get_messages()] == ["m0"]
+
+
+def test_a_running_head_is_recovered_before_the_pending_turn_behind_it(jobs: ThinkJobs) -> None:
+    agent, ids = queued(jobs, 2)
+    first = claimed(jobs, agent)
+    drop_lease(jobs, first)
+    again = claimed(jobs, agent)
+    assert again.turn.request_id == ids[0]
+    assert (again.turn.attempt, again.recovering) == (2, True)
+    assert again.turn.assistant_message_id == first.turn.assistant_message_id
+    assert [m.id for m in jobs.get_agent(Quiet, "a").get_messages()] == ["m0"]
+
+
+def test_a_cancelled_head_is_passed_over(jobs: ThinkJobs) -> None:
+    agent, ids = queued(jobs, 3)
+    jobs.get_agent(Quiet, "a").cancel_submission(ids[0])
+    taken = claimed(jobs, agent)
+    assert taken.turn.request_id == ids[1]
+    assert [m.id for m in jobs.get_agent(Quiet, "a").get_messages()] == ["m1"]
