@@ -62,10 +62,9 @@ def admit(
     holder hands on when it releases), not if older turns wait (their nudge comes first).
     """
     admitted = admitted or agent_ops.next_admission(conn, agent_id)
-    turn = turn_ops.insert_turn(conn, agent_id=agent_id, seq=admitted.seq, **values)
+    inserted = turn_ops.insert_turn(conn, agent_id=agent_id, seq=admitted.seq, **values)
     lease_held = admitted.lease_expires_at is not None and admitted.lease_expires_at > utcnow()
-    is_head = not lease_held and not turn_ops.has_active_turn_before(conn, agent_id, admitted.seq)
-    return Admission(turn, accepted=True, is_head=is_head)
+    return Admission(inserted.turn, accepted=True, is_head=inserted.is_head and not lease_held)
 
 
 def admit_submission(

@@ -84,13 +84,6 @@ _INSERT_DEFAULTS: dict[str, Any] = {
 }
 
 
-def insert_turn(conn: Connection, **values: Any) -> TurnRecord:
-    """Insert a turn row and return it (one round trip)."""
-    row = {**_INSERT_DEFAULTS, **values}
-    turn_id = conn.execute(turns.insert().values(**row).returning(turns.c.id)).scalar_one()
-    return TurnRecord(id=turn_id, **row)
-
-
 def get_turn_by_id(conn: Connection, turn_id: int) -> TurnRecord | None:
     row = conn.execute(select(turns).where(turns.c.id == turn_id)).one_or_none()
     return None if row is None else _record(row)
@@ -139,6 +132,33 @@ _HEAD = _head_query(*turns.c)
 _HEAD_BRIEF = _head_query(turns.c.seq, turns.c.kind, turns.c.status, turns.c.messages_applied)
 
 
+def _insert_statement() -> Any:
+    """INSERT a turn, RETURNING its id and the seq of the agent's head (active turn of lowest
+    seq). Read by a statement of its own, so PostgreSQL takes its snapshot after the caller
+    locked the agent row: a turn finished and released before that lock is seen as finished."""
+    head = _head_query(turns.c.seq, agent_param="head_of").subquery()
+    head_seq = select(head.c.seq).scalar_subquery().label("head_seq")
+    return turns.insert().returning(turns.c.id, head_seq)
+
+
+_INSERT = _insert_statement()
+
+
+@dataclass(frozen=True)
+class Inserted:
+    turn: TurnRecord
+    is_head: bool  # no active turn of the agent comes before it
+
+
+def insert_turn(conn: Connection, **values: Any) -> Inserted:
+    """Insert a turn row, and say whether it is the agent's head (one round trip)."""
+    row = {**_INSERT_DEFAULTS, **values}
+    inserted = conn.execute(_INSERT, {**row, "head_of": row["agent_id"]}).one()
+    turn = TurnRecord(id=inserted.id, **row)
+    # SQLite's RETURNING may already see the new row; PostgreSQL's does not.
+    return Inserted(turn, is_head=inserted.head_seq is None or inserted.head_seq >= turn.seq)
+
+
 @dataclass(frozen=True)
 class HeadBrief:
     """Just enough of an agent's next turn to decide who should run it."""
@@ -158,11 +178,6 @@ def head_turn(conn: Connection, agent_id: int) -> TurnRecord | None:
 def head_brief(conn: Connection, agent_id: int) -> HeadBrief | None:
     row = conn.execute(_HEAD_BRIEF, {"agent_id": agent_id}).one_or_none()
     return None if row is None else HeadBrief(**row._mapping)
-
-
-def has_active_turn_before(conn: Connection, agent_id: int, seq: int) -> bool:
-    head = head_brief(conn, agent_id)
-    return head is not None and head.seq < seq
 
 
 def replace_record(turn: TurnRecord, **changes: Any) -> TurnRecord:

@@ -1,17 +1,22 @@
-"""Claims at the database level: a claim always starts the agent's head, whatever it is.
+"""Admissions and claims at the database level.
 
-A fresh submission at the head is started in one statement; anything else (a running turn
-left by a dead executor, a finished one in front) goes through the general path.
+An admission says whether it made the agent's head (then the caller nudges a worker; if not,
+whoever holds the lease or runs the turns in front hands on); the sweeper would hide a wrong
+answer in the worker tests, so it is checked here. A claim always starts the agent's head: a
+fresh submission in one statement, anything else (a running turn left by a dead executor, a
+finished one in front) through the general path.
 """
 
 from __future__ import annotations
 
 from tests.support.builders import user
 from think_jobs import Think, ThinkJobs
+from think_jobs.context import utcnow
 from think_jobs.db import agents as agent_ops
+from think_jobs.db import turns as turn_ops
 from think_jobs.execution import claim
 from think_jobs.models import ScriptedModel
-from think_jobs.queueing import AgentRef, Claim
+from think_jobs.queueing import AgentRef, Claim, admit_submission
 
 
 class Quiet(Think):
@@ -24,7 +29,7 @@ def queued(jobs: ThinkJobs, count: int) -> tuple[AgentRef, list[str]]:
     jobs.register(Quiet)
     agent = jobs.get_agent(Quiet, "a")
     ids = [agent.submit_messages([user(f"u{i}", f"m{i}")]).submission_id for i in range(count)]
-    agent_id = jobs.agent_id_of(agent, create=False)
+    agent_id = jobs.agent_id_of(agent, create=True)
     assert agent_id is not None
     return AgentRef(agent_id, "Quiet", "a"), ids
 
@@ -68,3 +73,36 @@ def test_a_cancelled_head_is_passed_over(jobs: ThinkJobs) -> None:
     taken = claimed(jobs, agent)
     assert taken.turn.request_id == ids[1]
     assert [m.id for m in jobs.get_agent(Quiet, "a").get_messages()] == ["m1"]
+
+
+def admitted_as_head(jobs: ThinkJobs, agent: AgentRef, text: str) -> bool:
+    with jobs.db.write() as conn:
+        admission = admit_submission(
+            conn,
+            agent.id,
+            submission_id=None,
+            idempotency_key=None,
+            now=utcnow(),
+            trigger="submission",
+            messages=[user(text)],
+        )
+    assert admission.accepted
+    return admission.is_head
+
+
+def test_an_admission_is_the_head_only_with_nothing_in_front_and_no_lease(
+    jobs: ThinkJobs,
+) -> None:
+    agent, _ = queued(jobs, 0)
+    assert admitted_as_head(jobs, agent, "first")  # idle agent: nudge a worker
+    assert not admitted_as_head(jobs, agent, "second")  # behind a pending turn
+    taken = claimed(jobs, agent)
+    assert not admitted_as_head(jobs, agent, "third")  # the lease is held
+    with jobs.db.write() as conn:
+        turn_ops.finish_turn(conn, taken.turn, status="completed", error=None, now=utcnow())
+        agent_ops.release_lease(conn, taken.agent_id, taken.token)
+    assert not admitted_as_head(jobs, agent, "fourth")  # "second" is still in front
+    with jobs.db.write() as conn:
+        for turn in turn_ops.active_turns(conn, agent.id):
+            turn_ops.end_turn(conn, turn.id, status="skipped", error=None, now=utcnow())
+    assert admitted_as_head(jobs, agent, "fifth")  # everything in front has finished
