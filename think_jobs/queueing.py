@@ -128,7 +128,8 @@ class Claim:
     """The lease of one agent, held for one attempt of ``turn`` (now running).
 
     ``history`` is the conversation (a JSON array) read in the claiming transaction, when it
-    was read there.
+    was read there. ``admitted`` is the agent's admission count as the lease was taken: when it
+    is the turn's own seq, nothing was queued behind the turn then.
     """
 
     agent_id: int
@@ -137,7 +138,13 @@ class Claim:
     token: str
     turn: TurnRecord
     recovering: bool
+    admitted: int
     history: str | None = None
+
+    @property
+    def queued_behind(self) -> bool:
+        """Turns were waiting behind this one when it was claimed."""
+        return self.admitted > self.turn.seq
 
 
 @dataclass(frozen=True)
@@ -167,9 +174,12 @@ def claim_next(
     with a lease this process kept from its previous turn (renewed, not taken again).
     """
     token = held_token or uuid.uuid4().hex
-    if not _take_lease(conn, agent.id, token, held=held_token is not None, now=now, ttl=lease_ttl):
+    admitted = _take_lease(
+        conn, agent.id, token, held=held_token is not None, now=now, ttl=lease_ttl
+    )
+    if admitted is None:
         return NotClaimed("busy")
-    holder = _Holder(agent, token)
+    holder = _Holder(agent, token, admitted)
     fresh = turn_ops.start_fresh_head(
         conn, agent.id, now=now, assistant_message_id=new_message_id()
     )
@@ -191,7 +201,7 @@ def claim_next(
 
 def _take_lease(
     conn: Connection, agent_id: int, token: str, *, held: bool, now: datetime, ttl: timedelta
-) -> bool:
+) -> int | None:
     if held:
         return agent_ops.renew_lease(conn, agent_id, token, now=now, ttl=ttl)
     return agent_ops.try_acquire_lease(conn, agent_id, token, now=now, ttl=ttl)
@@ -201,6 +211,19 @@ def _take_lease(
 class _Holder:
     agent: AgentRef
     token: str
+    admitted: int
+
+    def claim(self, turn: TurnRecord, *, recovering: bool) -> Claim:
+        agent = self.agent
+        return Claim(
+            agent.id,
+            agent.agent_type,
+            agent.agent_name,
+            self.token,
+            turn,
+            recovering,
+            self.admitted,
+        )
 
 
 def _claim_head(
@@ -251,8 +274,7 @@ def _start(
     )
     if applying:
         return _apply_messages(conn, turn, holder, now, recovering=recovering)
-    agent = holder.agent
-    return Claim(agent.id, agent.agent_type, agent.agent_name, holder.token, turn, recovering)
+    return holder.claim(turn, recovering=recovering)
 
 
 def _apply_messages(
@@ -262,8 +284,7 @@ def _apply_messages(
     conversation_ops.append_messages(
         conn, turn.agent_id, turn.messages or [], turn_id=turn.id, now=now
     )
-    agent = holder.agent
-    return Claim(agent.id, agent.agent_type, agent.agent_name, holder.token, turn, recovering)
+    return holder.claim(turn, recovering=recovering)
 
 
 @dataclass(frozen=True)

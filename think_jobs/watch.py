@@ -139,14 +139,14 @@ class TurnWatch:
         ttl = timedelta(seconds=self._jobs.settings.lease_ttl_s)
         try:
             with self._jobs.db.write() as conn:
-                held = agent_ops.renew_lease(
+                renewed = agent_ops.renew_lease(
                     conn, claim.agent_id, claim.token, now=utcnow(), ttl=ttl
                 )
                 turn = turn_ops.get_turn_by_id(conn, claim.turn.id)
         except StorageUnavailableError as error:
             log.warning("lease heartbeat failed for %s: %s", claim_address(claim), error)
             return
-        if not held:
+        if renewed is None:
             self.stop("lease_lost", "the agent's lease was lost")
         elif turn is None or turn.status != "running" or turn.attempt != claim.turn.attempt:
             self.stop("cancelled", turn.error if turn is not None else None)

@@ -36,9 +36,10 @@ _SWEEP_BATCH = 1000
 def drain(jobs: ThinkJobs, agent_id: int) -> str:
     """Run the agent's next turns while its time slice lasts; returns what happened.
 
-    One turn at least; more of the same agent while ``drain_slice_s`` is not used up (saves a
-    Celery round trip per turn when turns are quick). Then the next drain goes to the back of
-    the queue, so an agent with a long backlog takes its share, not the workers.
+    One turn at least; more of the same agent while ``drain_slice_s`` is not used up and turns
+    were queued behind the last one (saves a Celery round trip per turn when turns are quick).
+    Then the next drain goes to the back of the queue, so an agent with a long backlog takes
+    its share, not the workers; a turn admitted meanwhile is handed on by the release.
     """
     _forget_sweep_mark(jobs, agent_id)
     agent = _agent_ref(jobs, agent_id)
@@ -52,7 +53,9 @@ def drain(jobs: ThinkJobs, agent_id: int) -> str:
             if claim.reason == "caller":
                 jobs.dispatch.wake_callers(f"{agent.agent_type}:{agent.agent_name}")
             return f"ran {ran}" if ran else claim.reason
-        keep = time.monotonic() < deadline  # then the next claim reuses this lease
+        # Turns waiting and time left: the next claim reuses this lease. Otherwise release now
+        # (with no hook to run, in the turn's final write) rather than look again for nothing.
+        keep = claim.queued_behind and time.monotonic() < deadline
         _, released = execution.run_and_release(jobs, claim, keep_lease=keep)
         ran += 1
         if keep:

@@ -9,8 +9,10 @@ finished one in front) through the general path.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tests.support.builders import user
-from think_jobs import Think, ThinkJobs
+from think_jobs import Think, ThinkJobs, worker
 from think_jobs.context import utcnow
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import turns as turn_ops
@@ -106,3 +108,27 @@ def test_an_admission_is_the_head_only_with_nothing_in_front_and_no_lease(
         for turn in turn_ops.active_turns(conn, agent.id):
             turn_ops.end_turn(conn, turn.id, status="skipped", error=None, now=utcnow())
     assert admitted_as_head(jobs, agent, "fifth")  # everything in front has finished
+
+
+def test_a_claim_knows_whether_turns_wait_behind_it(jobs: ThinkJobs) -> None:
+    agent, _ = queued(jobs, 2)
+    first = claimed(jobs, agent)
+    assert first.queued_behind
+    with jobs.db.write() as conn:
+        turn_ops.finish_turn(conn, first.turn, status="completed", error=None, now=utcnow())
+        agent_ops.release_lease(conn, first.agent_id, first.token)
+    assert not claimed(jobs, agent).queued_behind
+
+
+def test_a_drain_runs_what_is_queued_and_then_gives_the_lease_back(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    jobs = make_jobs(drain_slice_s=60.0)
+    agent, ids = queued(jobs, 3)
+    assert worker.drain(jobs, agent.id) == "ran 3"
+    quiet = jobs.get_agent(Quiet, "a")
+    statuses = [inspection.status for i in ids if (inspection := quiet.inspect_submission(i))]
+    assert statuses == ["completed"] * 3
+    with jobs.db.read() as conn:
+        assert not agent_ops.lease_is_live(conn, agent.id, now=utcnow())
+    assert worker.drain(jobs, agent.id) == "idle"

@@ -71,30 +71,36 @@ _ACQUIRE = (
         or_(agents.c.lease_token.is_(None), agents.c.lease_expires_at < bindparam("now")),
     )
     .values(lease_token=bindparam("token"), lease_expires_at=bindparam("expires"))
+    .returning(agents.c.admitted)
 )
 
 
 def try_acquire_lease(
     conn: Connection, agent_id: int, token: str, *, now: datetime, ttl: timedelta
-) -> bool:
-    """Take the agent's lease if it is free or expired."""
+) -> int | None:
+    """Take the agent's lease if it is free or expired: the agent's admission count (the
+    highest seq handed out so far), or None when the lease is held by someone else."""
     values = {"agent_id": agent_id, "now": now, "token": token, "expires": now + ttl}
-    return conn.execute(_ACQUIRE, values).rowcount == 1
+    admitted: int | None = conn.execute(_ACQUIRE, values).scalar_one_or_none()
+    return admitted
 
 
 _RENEW = (
     update(agents)
     .where(agents.c.id == bindparam("agent_id"), agents.c.lease_token == bindparam("token"))
     .values(lease_expires_at=bindparam("expires"))
+    .returning(agents.c.admitted)
 )
 
 
 def renew_lease(
     conn: Connection, agent_id: int, token: str, *, now: datetime, ttl: timedelta
-) -> bool:
-    """Extend a lease we hold; False if it was lost (expired and taken, or released)."""
+) -> int | None:
+    """Extend a lease we hold: the agent's admission count, or None if the lease was lost
+    (expired and taken, or released)."""
     values = {"agent_id": agent_id, "token": token, "expires": now + ttl}
-    return conn.execute(_RENEW, values).rowcount == 1
+    admitted: int | None = conn.execute(_RENEW, values).scalar_one_or_none()
+    return admitted
 
 
 _RELEASE = (
