@@ -204,10 +204,8 @@ def _delete_under_lease(jobs: ThinkJobs, agent_id: int, wakeups: _Wakeups) -> qu
     ttl = timedelta(seconds=settings.lease_ttl_s)
     while True:
         with jobs.db.write() as conn:
-            if (
-                agent_ops.try_acquire_lease(conn, agent_id, token, now=utcnow(), ttl=ttl)
-                is not None
-            ):
+            taken = agent_ops.try_acquire_lease(conn, agent_id, token, now=utcnow(), ttl=ttl)
+            if taken is not None:
                 conversation_ops.delete_conversation(conn, agent_id)
                 agent_ops.release_lease(conn, agent_id, token)
                 return queueing.Released(turn_ops.head_brief(conn, agent_id))
