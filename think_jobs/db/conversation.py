@@ -69,11 +69,6 @@ def load_messages_json(conn: Connection, agent_id: int) -> str:
     return "[" + ",".join(rows) + "]"
 
 
-def load_messages(conn: Connection, agent_id: int) -> list[dict[str, Any]]:
-    query = select(messages.c.data).where(messages.c.agent_id == agent_id).order_by(messages.c.id)
-    return list(conn.execute(query).scalars())
-
-
 def last_message(conn: Connection, agent_id: int) -> dict[str, Any] | None:
     query = (
         select(messages.c.data)

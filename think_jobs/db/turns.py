@@ -111,8 +111,9 @@ def find_by_request_or_key(
 
 
 def _head_query(*columns: Any, agent_param: str = "agent_id") -> Select[Any]:
-    """The lowest-seq active turn of ``:agent_id``: one index probe per status (a plain
-    ``status IN (...) ORDER BY seq`` lets planners walk the agent's whole history instead)."""
+    """The lowest-seq active turn of the agent bound as ``agent_param`` (another name where
+    ``agent_id`` is taken by a column of an INSERT or UPDATE): one index probe per status (a
+    plain ``status IN (...) ORDER BY seq`` lets planners walk the agent's whole history)."""
 
     def lowest(status: str) -> Any:
         return (
