@@ -7,9 +7,18 @@ models (``web.openapi``), so a field added here is documented there.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PlainValidator, StringConstraints
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StringConstraints,
+)
 
 from think_jobs.messages import UIMessage
 from think_jobs.results import SubmissionInspection, SubmissionStatus, SubmitMessagesResult
@@ -22,6 +31,17 @@ AgentName = Annotated[
     str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f/]+$")
 ]
 Reason = Annotated[str, StringConstraints(max_length=2000, pattern=r"^[^\x00]*$")]
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+
+
+def _rfc3339_text(value: Any) -> Any:
+    """Only date-time text: pydantic alone would read ``0`` or ``1700000000`` as Unix time."""
+    if not isinstance(value, str) or not _RFC3339.match(value):
+        raise ValueError("expected an RFC 3339 date-time with an offset, e.g. 2026-11-30T12:00:00Z")
+    return value
+
+
+Timestamp = Annotated[AwareDatetime, BeforeValidator(_rfc3339_text)]
 
 
 def _message_list(value: Any) -> list[Any]:
@@ -76,7 +96,7 @@ class DeleteManyQuery(StrictModel):
     """Query of ``DELETE .../submissions``; only terminal submissions are ever deleted."""
 
     status: list[SubmissionStatus] | None = None
-    completed_before: AwareDatetime | None = None
+    completed_before: Timestamp | None = None
     limit: int = Field(100, ge=1, le=500)
 
 

@@ -279,7 +279,8 @@ def test_delete_many_takes_status_completed_before_and_limit(client: FlaskClient
     assert delete({"status": "completed"}) == 0
     assert delete({"completed_before": future, "limit": "2"}) == 2
     assert delete({}) == 1
-    assert delete({"completed_before": "2026-01-01T00:00:00"}) == 400  # naive
+    for bad in ("2026-01-01T00:00:00", "0", "1700000000", "2026-01-01"):  # naive, Unix, date
+        assert delete({"completed_before": bad}) == 400, bad
     listed = client.get(SUBMISSIONS, headers=FULL).json
     assert [s["status"] for s in listed["submissions"]] == ["pending"]  # type: ignore[index]
 
