@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    StrictBool,
     Tag,
     TypeAdapter,
     ValidationError,
@@ -75,9 +76,9 @@ class _ToolCallPart(WireModel):
     output: Any = None
     error_text: str | None = None
     raw_input: Any = None
-    provider_executed: bool | None = None
+    provider_executed: StrictBool | None = None  # JSON true/false only, not "yes" or 1
     call_provider_metadata: ProviderMetadata | None = None
-    preliminary: bool | None = None
+    preliminary: StrictBool | None = None
 
 
 class ToolPart(_ToolCallPart):

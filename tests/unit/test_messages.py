@@ -199,6 +199,10 @@ def test_errors_from_several_messages_are_all_reported() -> None:
             "message.parts[0].state: Input should be 'input-streaming', 'input-available', "
             "'output-available' or 'output-error'",
         ),
+        (
+            {"type": "tool-x", "toolCallId": "c", "state": "input-available", "preliminary": "yes"},
+            "message.parts[0].preliminary: Input should be a valid boolean",
+        ),
     ],
 )
 def test_malformed_parts(part: Any, expected: str) -> None:
