@@ -44,6 +44,19 @@ def _rfc3339_text(value: Any) -> Any:
 Timestamp = Annotated[AwareDatetime, BeforeValidator(_rfc3339_text)]
 
 
+_INTEGER = re.compile(r"^-?[0-9]+$")
+
+
+def _integer_text(value: Any) -> Any:
+    """Only digits (and a minus): pydantic alone would take " 1", "+1" or "1_000"."""
+    if isinstance(value, str) and not _INTEGER.match(value):
+        raise ValueError("expected a whole number, e.g. 10")
+    return value
+
+
+QueryInt = Annotated[int, BeforeValidator(_integer_text)]
+
+
 def _message_list(value: Any) -> list[Any]:
     """Only the list shape is checked here; the core validates each message and names the
     bad field (``messages[0].parts[1].text: Field required``)."""
@@ -85,7 +98,7 @@ class ListQuery(StrictModel):
     """Query of ``GET .../submissions``: ``status`` may repeat or be comma-separated."""
 
     status: list[SubmissionStatus] | None = None
-    limit: int = Field(50, ge=1, le=100)
+    limit: QueryInt = Field(50, ge=1, le=100)
     before: Identifier | None = Field(
         None,
         description="List what is older than this submission (the previous page's next_before).",
@@ -97,13 +110,13 @@ class DeleteManyQuery(StrictModel):
 
     status: list[SubmissionStatus] | None = None
     completed_before: Timestamp | None = None
-    limit: int = Field(100, ge=1, le=500)
+    limit: QueryInt = Field(100, ge=1, le=500)
 
 
 class StreamQuery(StrictModel):
     """Query of the SSE stream; the ``Last-Event-ID`` header wins when it is later."""
 
-    after_seq: int | None = Field(None, ge=-1)
+    after_seq: QueryInt | None = Field(None, ge=-1)
 
 
 class AgentSummary(StrictModel):

@@ -201,7 +201,17 @@ def test_list_filters_by_status_and_limits(client: FlaskClient) -> None:
     assert listed("status=aborted") == ["s-0"]
     assert listed("status=pending&status=aborted") == ids[::-1]
     assert listed("status=pending,aborted&limit=2") == ids[::-1][:2]
-    for bad in ("status=nope", "status=", "status=pending,", "limit=0", "limit=101", "limit=x"):
+    for bad in (
+        "status=nope",
+        "status=",
+        "status=pending,",
+        "limit=0",
+        "limit=101",
+        "limit=x",
+        "limit=+5",
+        "limit=%205",
+        "limit=1_0",
+    ):
         response = client.get(f"{SUBMISSIONS}?{bad}", headers=FULL)
         assert response.status_code == 400, bad
         assert error_of(response)["type"] == "validation_error"
