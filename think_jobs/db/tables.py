@@ -87,6 +87,7 @@ class TurnRow(Base):
         Index("ix_think_turns_completed", "agent_id", "kind", "completed_at"),
         Index("ix_think_turns_status", "status", "agent_id"),
         Index("ix_think_turns_finished", "completed_at"),
+        Index("ix_think_turns_followup_due", "followup_due_at"),
     )
 
     id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
@@ -112,6 +113,8 @@ class TurnRow(Base):
     created_at: Mapped[datetime]
     started_at: Mapped[datetime | None]
     completed_at: Mapped[datetime | None]
+    followup: Mapped[dict[str, Any] | None]
+    followup_due_at: Mapped[datetime | None]
 
 
 class MessageRow(Base):

@@ -55,6 +55,8 @@ class TurnRecord:
     created_at: datetime
     started_at: datetime | None
     completed_at: datetime | None
+    followup: dict[str, Any] | None = None
+    followup_due_at: datetime | None = None
 
     @property
     def is_submission(self) -> bool:
