@@ -113,10 +113,11 @@ class TurnRunner:
         self._check_stop()
 
     def _conversation(self) -> list[UIMessage]:
-        current = self.assembler.message
-        if not current.parts:
+        """The request's messages, plus this turn's reply so far once it has content (a
+        reply that is only its ``step-start`` is not shown to the model: SPEC §4)."""
+        if not self.assembler.has_content:
             return list(self.request.messages)
-        return [*self.request.messages, current]
+        return [*self.request.messages, self.assembler.message]
 
     def _run_pending_tools(self) -> bool:
         """Execute server tools whose input is available; True if any ran (call the model again)."""

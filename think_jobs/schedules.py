@@ -19,6 +19,7 @@ tasks fire next. Three moments keep the two in step:
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -164,9 +165,10 @@ def fire(
 def run_now(
     agent: Think, task_id: str, *, scheduled_for: datetime | None
 ) -> SubmitMessagesResult | None:
-    """Fire ``task_id`` in this process. A prompt returns its submission; a handler runs once
-    and its exception is raised to the caller. ``scheduled_for=None`` means now (a fresh
-    occurrence); a given instant shares its idempotency key with beat's fire of it."""
+    """Fire ``task_id`` in this process. A prompt returns its submission; a handler runs here.
+    Either is retried as beat's fire would be, and the last exception is raised to the caller.
+    ``scheduled_for=None`` means now (a fresh occurrence); a given instant shares its
+    idempotency key with beat's fire of it."""
     code = code_tasks(agent).get(task_id)
     if code is None:
         declared = ", ".join(sorted(code_tasks(agent))) or "none"
@@ -174,7 +176,27 @@ def run_now(
             f'{agent.agent_type} has no scheduled task "{task_id}" (declared: {declared})'
         )
     when = _to_ms(scheduled_for if scheduled_for is not None else utcnow())
-    return _act(agent, code, context_for(agent, task_id, code, when, attempt=1))
+    return _act_with_retries(agent, task_id, code, when)
+
+
+def _act_with_retries(
+    agent: Think, task_id: str, code: CodeTask, when: datetime
+) -> SubmitMessagesResult | None:
+    """Beat's retry policy, in this process: up to ``max_attempts`` with the same backoff,
+    then the last error is raised (one occurrence, one policy, however it was fired)."""
+    max_attempts = code.task.max_attempts
+    for attempt in range(1, max_attempts):
+        ctx = context_for(agent, task_id, code, when, attempt=attempt)
+        try:
+            return _act(agent, code, ctx)
+        except Exception as error:
+            wait_s = retry_backoff_s(agent.jobs, attempt)
+            log.warning(
+                "scheduled task %s of %s failed (attempt %d/%d), retrying in %g s: %r",
+                *(task_id, agent.address, attempt, max_attempts, wait_s, error),
+            )
+            time.sleep(wait_s)
+    return _act(agent, code, context_for(agent, task_id, code, when, attempt=max_attempts))
 
 
 def next_runs(agent: Think) -> dict[str, datetime]:

@@ -410,15 +410,25 @@ def test_run_now_without_an_occurrence_fires_a_fresh_one(sjobs: ThinkJobs) -> No
     assert second.idempotency_key != first.idempotency_key
 
 
-def test_run_now_runs_a_handler_inline_and_raises_its_error(sjobs: ThinkJobs) -> None:
+def test_run_now_runs_a_handler_inline_and_raises_its_last_error(sjobs: ThinkJobs) -> None:
     agent = sjobs.get_agent(Janitor, "j")
     when = datetime(2026, 6, 1, 9, tzinfo=UTC)
     assert agent.run_scheduled_task("tidy", scheduled_for=when) is None
-    with pytest.raises(RuntimeError, match="upstream down"):
+    with pytest.raises(RuntimeError, match=r"upstream down \(attempt 3\)"):
         agent.run_scheduled_task("flaky", scheduled_for=when)
     events = read_events(sjobs)
-    assert [(e["task_id"], e["attempt"]) for e in events] == [("tidy", 1), ("flaky", 1)]
+    attempts = [(e["task_id"], e["attempt"]) for e in events]
+    assert attempts == [("tidy", 1), ("flaky", 1), ("flaky", 2), ("flaky", 3)]
     assert events[0]["key"] == occurrence_key("Janitor", "j", "tidy", when)
+    assert {e["key"] for e in events[1:]} == {occurrence_key("Janitor", "j", "flaky", when)}
+
+
+def test_run_now_retries_a_handler_as_beat_does(sjobs: ThinkJobs) -> None:
+    """One occurrence, one retry policy: "recovers" fails twice, then succeeds on attempt 3
+    (max_attempts=3), in the calling process, as beat's fire of it would."""
+    agent = sjobs.get_agent(Janitor, "j")
+    assert agent.run_scheduled_task("recovers") is None
+    assert [e["attempt"] for e in read_events(sjobs)] == [1, 2, 3]
 
 
 def test_run_now_of_an_unknown_task_names_the_declared_ones(sjobs: ThinkJobs) -> None:
