@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 from celery.beat import Scheduler
 from sqlalchemy import Connection
 
-from think_jobs import schedules
+from think_jobs import presence, schedules
 from think_jobs.context import utcnow
 from think_jobs.db import schedules as schedule_ops
 from think_jobs.db.schedules import StoredSchedule
@@ -169,6 +169,7 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
         self._tick_s = self.jobs.settings.beat_tick_interval_s
         self._next_pass = 0.0
         self._next_reconcile = 0.0
+        self._heartbeat: presence.Heartbeat | None = None
         super().__init__(app, *args, **kwargs)
 
     def setup_schedule(self) -> None:
@@ -188,11 +189,20 @@ class DatabaseScheduler(Scheduler):  # type: ignore[misc]
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """One database pass when due, then Celery's own entries; returns the sleep."""
+        if self._heartbeat is None:  # here, not in __init__: only a running beat announces itself
+            self._heartbeat = presence.beat_heartbeat(self.jobs)
         if time.monotonic() >= self._next_pass:
             more = self._database_pass()
             self._next_pass = time.monotonic() + (0.0 if more else self._tick_s)
         delay = float(super().tick(*args, **kwargs))
         return max(0.0, min(delay, self._next_pass - time.monotonic()))
+
+    def close(self) -> None:
+        """Celery calls this when beat stops: the presence record goes with it."""
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+            self._heartbeat = None
+        super().close()
 
     @property
     def info(self) -> str:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Celery, signals
 
-from think_jobs import logs, schedules, worker, workflows
+from think_jobs import logs, presence, schedules, worker, workflows
 from think_jobs.dispatch import DRAIN_TASK, SWEEP_TASK
 from think_jobs.errors import StorageUnavailableError
 
@@ -73,8 +73,9 @@ def _register_tasks(app: Celery, jobs: ThinkJobs) -> None:
 
 
 def _connect_lifecycle(app: Celery, jobs: ThinkJobs) -> None:
-    """Prefork children drop inherited connections; a ``celery worker`` runs the sweeper."""
-    running: list[worker.Sweeper] = []
+    """Prefork children drop inherited connections; a ``celery worker`` runs the sweeper and
+    its presence heartbeat; logging follows ``log_level``/``log_json`` (``think_jobs.logs``)."""
+    running: list[worker.Sweeper | presence.Heartbeat] = []
 
     def on_process_init(**_: Any) -> None:
         jobs.after_fork()
@@ -82,18 +83,33 @@ def _connect_lifecycle(app: Celery, jobs: ThinkJobs) -> None:
     def on_ready(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is app and not running:
             running.append(worker.Sweeper(jobs).start())
+            running.append(presence.worker_heartbeat(jobs, sender.controller))
 
     def on_shutdown(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is app:
             while running:
                 running.pop().stop()
 
-    def on_logging_setup(logger: Any = None, **_: Any) -> None:
-        if jobs.settings.log_json and logger is not None:
-            logs.use_json(logger)
-
-    signals.after_setup_logger.connect(on_logging_setup, weak=False)
-    signals.after_setup_task_logger.connect(on_logging_setup, weak=False)
+    _connect_logging(app, jobs)
     signals.worker_process_init.connect(on_process_init, weak=False)
     signals.worker_ready.connect(on_ready, weak=False)
     signals.worker_shutdown.connect(on_shutdown, weak=False)
+
+
+def _connect_logging(app: Celery, jobs: ThinkJobs) -> None:
+    """This app's worker and beat, once Celery set up logging: ``-l`` (Celery's root level,
+    from ``log_level`` by default) and ``log_json``. An embedded worker (``think_jobs.testing``)
+    leaves the host's logging alone."""
+
+    def on_started(sender: Any = None, instance: Any = None, **_: Any) -> None:
+        owner = instance if instance is not None else sender
+        if getattr(owner, "app", None) is app:
+            logs.configure(jobs.settings, level=logging.getLogger().level)
+
+    def on_task_logging_setup(logger: Any = None, **_: Any) -> None:
+        if jobs.settings.log_json and logger is not None:
+            logs.use_json(logger)
+
+    signals.celeryd_after_setup.connect(on_started, weak=False)
+    signals.beat_init.connect(on_started, weak=False)
+    signals.after_setup_task_logger.connect(on_task_logging_setup, weak=False)

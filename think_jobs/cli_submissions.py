@@ -21,9 +21,10 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 
 
 def agent_of(app_spec: str | None, agent_type: str, name: str) -> Think:
-    from think_jobs.cli import load_app
+    """The agent; without ``--app`` a usage error says so (no agent type can be known)."""
+    from think_jobs.cli import load_app_with_agents
 
-    return load_app(app_spec).get_agent(agent_type, name)
+    return load_app_with_agents(app_spec).get_agent(agent_type, name)
 
 
 def _dump(value: Any) -> None:
@@ -76,6 +77,8 @@ def submit(
     """Submit TEXT as a user message to agent AGENT_TYPE/NAME."""
     from think_jobs.messages import user_text_message
 
+    if not text.strip():
+        raise click.BadParameter("the message is empty", param_hint="TEXT")
     agent = agent_of(app_spec, agent_type, name)
     result = agent.submit_messages([user_text_message(text)], idempotency_key=idempotency_key)
     if as_json:
@@ -107,6 +110,8 @@ def tail(
 ) -> None:
     """Follow one request's stream (replay + live), or every request of the agent live."""
     agent = agent_of(app_spec, agent_type, name)
+    if request_id is not None and not _request_exists(agent, request_id):
+        raise click.ClickException(f"no such request {request_id} for agent {agent.address}")
     try:
         if request_id is None:
             for event in agent.subscribe(timeout_s=timeout_s):
@@ -123,12 +128,19 @@ def submissions() -> None:
     """Inspect, list, cancel and prune durable submissions."""
 
 
+def _request_exists(agent: Think, request_id: str) -> bool:
+    """Whether the agent has (or had, not yet pruned) a turn with this request id."""
+    from think_jobs.submissions import find_turn
+
+    return find_turn(agent, request_id) is not None
+
+
 @submissions.command("list")
 @app_option
 @click.argument("agent_type")
 @click.argument("name")
 @click.option("--status", "statuses", multiple=True, help="Filter (repeatable).")
-@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 100), default=50, show_default=True)
 @click.option("--before", default=None, help="Only older than this submission id (next page).")
 @json_option
 def list_command(
@@ -164,8 +176,10 @@ def inspect_command(
         raise click.ClickException(f"no submission {submission_id} for {agent_type}:{name}")
     if as_json:
         _dump(found.model_dump(mode="json"))
-    else:
-        _table([found])
+        return
+    _table([found])
+    if found.waiting_reason:
+        click.echo(f"{found.status.value}: {found.waiting_reason}")
 
 
 @submissions.command("cancel")
@@ -188,9 +202,14 @@ def cancel_command(
 @app_option
 @click.argument("agent_type")
 @click.argument("name")
-@click.option("--older-than-days", type=float, default=None, help="Completed before N days ago.")
+@click.option(
+    "--older-than-days",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Completed before N days ago.",
+)
 @click.option("--status", "statuses", multiple=True, help="Default: every terminal status.")
-@click.option("--limit", type=int, default=500, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 500), default=500, show_default=True)
 @json_option
 def prune_command(
     app_spec: str | None,

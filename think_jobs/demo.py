@@ -2,14 +2,18 @@
 
 A webhook delivered twice (one turn), a parent agent delegating to a child, a turn cancelled
 half-way, and a scheduled prompt fired on demand; each streams to the terminal, then a summary
-table. Uses ``THINK_JOBS_*`` settings (default: ``./think_jobs.db`` and local Redis; if no Redis
-answers, a private ``redis-server`` is started for the run).
+table. The turns run on a real Celery worker (threads pool) inside this process.
+
+It uses ``THINK_JOBS_*`` settings (default: ``./think_jobs.db``) and, unless
+``THINK_JOBS_REDIS_URL`` names one, a private ``redis-server`` on a free port that lives as long
+as the run: the demo never writes into a Redis you already run, and leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,7 +23,7 @@ import click
 
 from think_jobs import examples
 from think_jobs.agent import Think
-from think_jobs.local_redis import private_redis_server, reachable
+from think_jobs.local_redis import masked, private_redis_server, reachable
 from think_jobs.runtime import ThinkJobs
 from think_jobs.settings import load_settings
 from think_jobs.testing import worker
@@ -45,19 +49,30 @@ def run_demo(*, database_url: str | None = None) -> int:
         click.secho(
             f"think-jobs demo — database {settings.database_url}, redis {redis_url}", bold=True
         )
-        with worker(jobs, concurrency=4):
+        with worker(jobs, concurrency=SLOTS) as controller:
+            where = f"Celery worker {controller.hostname} (threads pool, {SLOTS} slots)"
+            click.echo(f"Turns run on a {where}, inside this process.")
             rows = [step(jobs) for step in STEPS]
         jobs.close()
-    _print_summary(rows)
+    _print_summary(rows, where)
     return 0 if all(row.status in ("completed", "aborted") for row in rows) else 1
+
+
+SLOTS = 4
 
 
 @contextlib.contextmanager
 def _redis(url: str) -> Iterator[str]:
-    if reachable(url):
+    """The Redis named by THINK_JOBS_REDIS_URL (refused if it does not answer), else a
+    private redis-server for this run only."""
+    if "THINK_JOBS_REDIS_URL" in os.environ:
+        if not reachable(url):
+            raise click.ClickException(f"THINK_JOBS_REDIS_URL={masked(url)} does not answer")
         yield url
         return
-    click.echo(f"No Redis at {url}; starting a private redis-server for this run.")
+    click.echo(
+        "Starting a private redis-server for this run (set THINK_JOBS_REDIS_URL to use yours)."
+    )
     with private_redis_server() as private:
         yield private
 
@@ -167,14 +182,15 @@ STEPS: tuple[Callable[[ThinkJobs], Row], ...] = (
 )
 
 
-def _print_summary(rows: list[Row]) -> None:
+def _print_summary(rows: list[Row], where: str) -> None:
+    """Every reply in full (folded, never cut), and where the turns ran."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="think-jobs demo summary")
-    for column in ("step", "agent", "status", "note", "reply"):
-        table.add_column(column, overflow="fold")
+    table = Table(title="think-jobs demo summary", caption=f"every turn ran on a {where}")
+    for column in ("step", "agent", "status", "note"):
+        table.add_column(column, overflow="fold", no_wrap=False)
+    table.add_column("reply", overflow="fold", ratio=1)
     for row in rows:
-        preview = row.text if len(row.text) <= 40 else row.text[:37] + "..."
-        table.add_row(row.step, row.agent, row.status, row.note, preview)
+        table.add_row(row.step, row.agent, row.status, row.note, row.text)
     Console(width=max(110, Console().width)).print(table)

@@ -23,6 +23,16 @@ def reachable(url: str, timeout_s: float = 1.0) -> bool:
     return True
 
 
+def masked(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    return url.replace(f":{parts.password}@", ":***@", 1)
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -52,6 +52,7 @@ class SubmissionInspection(BaseModel):
     started_at: datetime | None
     completed_at: datetime | None
     attempt: int = 0
+    waiting_reason: str | None = None  # why a pending turn is not running (SPEC §12)
 
 
 class SubmitMessagesResult(SubmissionInspection):

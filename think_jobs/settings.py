@@ -28,43 +28,140 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
 
-    database_url: str = "sqlite:///think_jobs.db"
-    redis_url: str = "redis://localhost:6379/0"
-    broker_url: str | None = None
-    queue: str = "think_jobs"
-    key_prefix: str = "think"
+    database_url: str = Field(
+        "sqlite:///think_jobs.db",
+        description="SQLAlchemy URL of the database that holds every turn (PostgreSQL: "
+        "`postgresql+psycopg://...` with the `postgres` extra).",
+    )
+    redis_url: str = Field(
+        "redis://localhost:6379/0",
+        description="Redis for streams, revocation flags, wake-ups and worker presence.",
+    )
+    broker_url: str | None = Field(None, description="Celery broker URL; unset: `redis_url`.")
+    queue: str = Field("think_jobs", description="Celery queue the drains go to.")
+    key_prefix: str = Field(
+        "think", description="Prefix of every Redis key (see `think_jobs/keys.py`)."
+    )
 
-    lease_ttl_s: float = Field(30.0, gt=0)
-    sweep_interval_s: float = Field(5.0, gt=0)
-    drain_slice_s: float = Field(0.1, ge=0)
-    cancel_poll_interval_s: float = Field(0.2, gt=0)
-    caller_poll_interval_s: float = Field(0.5, gt=0)
-    recovery_max_attempts: int = Field(10, ge=1)
-    stream_ttl_s: int = Field(86_400, ge=1)
-    revocation_ttl_s: int = Field(86_400, ge=1)
-    broker_publish_timeout_s: float = Field(2.0, gt=0)
+    lease_ttl_s: float = Field(
+        30.0, gt=0, description="How long a silent executor keeps an agent's lease."
+    )
+    sweep_interval_s: float = Field(
+        5.0, gt=0, description="How often workers look for agents that need a nudge."
+    )
+    drain_slice_s: float = Field(
+        0.1,
+        ge=0,
+        description="How long one drain task keeps running the same agent's turns before "
+        "it hands on (0: one turn per task).",
+    )
+    cancel_poll_interval_s: float = Field(
+        0.2,
+        gt=0,
+        description="How often a running turn checks its revocation flag between chunks.",
+    )
+    caller_poll_interval_s: float = Field(
+        0.5,
+        gt=0,
+        description="Fallback poll of a waiting blocking caller (wake-ups come by pub/sub).",
+    )
+    recovery_max_attempts: int = Field(
+        10, ge=1, description="Continuation attempts of an interrupted turn."
+    )
+    stream_ttl_s: int = Field(86_400, ge=1, description="Lifetime of a request's replay buffer.")
+    revocation_ttl_s: int = Field(
+        86_400, ge=1, description="Lifetime of a request's revocation flag."
+    )
+    broker_publish_timeout_s: float = Field(
+        2.0,
+        gt=0,
+        description="How long `submit_messages` tries the broker before leaving the nudge "
+        "to the sweeper.",
+    )
 
-    max_messages_per_submission: int = Field(100, ge=1)
-    max_metadata_bytes: int = Field(16_384, ge=2)
-    max_steps: int = Field(10, ge=1)
-    db_pool_size: int = Field(7, ge=1)
+    max_messages_per_submission: int = Field(
+        100, ge=1, description="Most messages one submission may carry."
+    )
+    max_metadata_bytes: int = Field(
+        16_384, ge=2, description="Largest submission metadata, as JSON bytes."
+    )
+    max_steps: int = Field(
+        10,
+        ge=1,
+        description="Tool-loop steps per turn (an agent class's `max_steps` overrides it).",
+    )
+    db_pool_size: int = Field(
+        7, ge=1, description="SQLAlchemy pool size: the worker's concurrency + 2."
+    )
 
-    api_tokens: TokenList = ()
-    read_tokens: TokenList = ()
-    webhook_secret: SecretStr | None = None
-    webhook_delivery_header: str = "X-Delivery-Id"
-    secret_key: SecretStr | None = None
-    auth_disabled: bool = False
-    max_request_bytes: int = Field(1_048_576, ge=1024)
+    api_tokens: TokenList = Field(
+        (), description="Comma-separated bearer tokens of the web app with read and write scope."
+    )
+    read_tokens: TokenList = Field(
+        (), description="Comma-separated bearer tokens of the web app with read scope only."
+    )
+    webhook_secret: SecretStr | None = Field(
+        None, description="HMAC secret of `/hooks`; unset: the webhook route answers 404."
+    )
+    webhook_delivery_header: str = Field(
+        "X-Delivery-Id",
+        description="Webhook header whose value becomes the idempotency key.",
+    )
+    secret_key: SecretStr | None = Field(
+        None, description="Signs the web app's sessions and CSRF tokens (required by the web app)."
+    )
+    auth_disabled: bool = Field(
+        False, description="Serve the web app without authentication (explicit opt-out)."
+    )
+    max_request_bytes: int = Field(
+        1_048_576, ge=1024, description="Largest request body the web app reads."
+    )
 
-    beat_tick_interval_s: float = Field(5.0, gt=0)
-    schedule_retry_backoff_s: float = Field(5.0, gt=0)
-    broker_visibility_timeout_s: float = Field(21_600, gt=0)
-    result_backend_url: str | None = None
+    beat_tick_interval_s: float = Field(
+        5.0, gt=0, description="How often beat looks for due schedules."
+    )
+    schedule_retry_backoff_s: float = Field(
+        5.0,
+        gt=0,
+        description="First wait before a failed scheduled task is tried again (doubles, "
+        "at most 5 minutes).",
+    )
+    broker_visibility_timeout_s: float = Field(
+        21_600,
+        gt=0,
+        description="Redis transport visibility timeout (longer than any turn or workflow "
+        "step wait).",
+    )
+    result_backend_url: str | None = Field(
+        None,
+        description="Celery result backend of workflow steps (chords, `.get()`); unset: "
+        "`redis_url`.",
+    )
 
-    celery_task_events: bool = True
-    log_json: bool = False
-    log_content: bool = False
+    celery_task_events: bool = Field(
+        True, description="Workers send Celery task events (for Flower); about 10 % of CPU."
+    )
+    log_level: str = Field(
+        "INFO",
+        description="Level of the `think_jobs` and `web` loggers in every think-jobs "
+        "process (worker, beat, web, CLI, `think_jobs.logs.configure`).",
+    )
+    log_json: bool = Field(False, description="Write log records as one JSON object per line.")
+    log_content: bool = Field(
+        False,
+        description="Add a DEBUG `turn reply` record with the reply's text (development only).",
+    )
+    worker_heartbeat_interval_s: float = Field(
+        5.0,
+        gt=0,
+        description="How often a worker (and beat) rewrites its presence record in Redis; "
+        "a record expires after three intervals.",
+    )
+    session_cookie_secure: bool = Field(
+        True,
+        description="The web app's session cookie is HTTPS-only; false for plain-HTTP mode "
+        "(a trusted network without TLS).",
+    )
 
     @field_validator("api_tokens", "read_tokens", mode="before")
     @classmethod

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import exc
 
-from think_jobs import cancellation, metrics, queueing, tracing, validation
+from think_jobs import cancellation, metrics, presence, queueing, tracing, validation
 from think_jobs.context import utcnow
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.turns import TurnRecord
@@ -90,11 +90,13 @@ def _observe(agent: Think, admission: queueing.Admission) -> None:
     outcome = "accepted" if admission.accepted else "duplicate"
     metrics.SUBMISSIONS.labels(agent.agent_type, outcome).inc()
     fields = {
+        "agent": agent.address,
         "agent_type": agent.agent_type,
         "agent_name": agent.name,
         "submission_id": admission.turn.request_id,
         "request_id": admission.turn.request_id,
         "attempt": admission.turn.attempt,
+        "trigger": admission.turn.trigger,
         "status": admission.turn.status,
     }
     log.info(f"submission {outcome}", extra=fields)
@@ -123,8 +125,15 @@ def find_turn(agent: Think, request_id: str) -> TurnRecord | None:
 
 
 def inspect(agent: Think, submission_id: str) -> SubmissionInspection | None:
+    """The submission, with a ``waiting_reason`` when it is pending and nothing can run it."""
     turn = find_turn(agent, submission_id)
-    return inspection_of(turn) if turn is not None and turn.is_submission else None
+    if turn is None or not turn.is_submission:
+        return None
+    found = inspection_of(turn)
+    if found.status is not SubmissionStatus.PENDING:
+        return found
+    reason = presence.waiting_reason(agent.jobs, agent.agent_type)
+    return found.model_copy(update={"waiting_reason": reason})
 
 
 def statuses_of(status: StatusFilter, *, default: Iterable[str] | None) -> list[str] | None:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from think_jobs import presence
 from think_jobs.worker import Sweeper
 
 if TYPE_CHECKING:
@@ -27,7 +28,8 @@ def worker(
     shutdown_timeout_s: float = 30.0,
     sweeper: bool = True,
 ) -> Iterator[Any]:
-    """A real Celery worker (``threads`` pool, ``concurrency`` slots) plus the sweeper.
+    """A real Celery worker (``threads`` pool, ``concurrency`` slots) plus the sweeper and its
+    presence record (``think-jobs workers`` lists it).
 
     Yields the Celery ``WorkController``. Leaving the block stops both and waits for running
     tasks (up to ``shutdown_timeout_s``).
@@ -45,9 +47,11 @@ def worker(
         queues=[jobs.settings.queue],
     ) as controller:
         background = Sweeper(jobs).start() if sweeper else None
+        heartbeat = presence.worker_heartbeat(jobs, controller)  # as a real worker announces
         try:
             yield controller
         finally:
+            heartbeat.stop()
             if background is not None:
                 background.stop()
 

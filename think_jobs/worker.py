@@ -16,6 +16,7 @@ import contextlib
 import logging
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING
 
 import redis
@@ -73,9 +74,26 @@ def _agent_ref(jobs: ThinkJobs, agent_id: int) -> queueing.AgentRef | str:
     try:
         jobs.agent_class(identity[0])
     except AgentNotRegisteredError:
-        log.error("agent type %s is not registered in this worker; not running it", identity[0])
+        _log_unregistered(jobs, identity[0])
         return "unregistered"
     return queueing.AgentRef(agent_id, *identity)
+
+
+_REPORTED_UNREGISTERED: weakref.WeakKeyDictionary[ThinkJobs, set[str]] = weakref.WeakKeyDictionary()
+
+
+def _log_unregistered(jobs: ThinkJobs, agent_type: str) -> None:
+    """ERROR once per type and process (then DEBUG): the sweeper retries every few seconds."""
+    reported = _REPORTED_UNREGISTERED.setdefault(jobs, set())
+    level = logging.DEBUG if agent_type in reported else logging.ERROR
+    reported.add(agent_type)
+    served = ", ".join(jobs.agent_types) or "none"
+    log.log(
+        level,
+        "agent type %s is not registered in this worker (it serves: %s); its turns wait for a "
+        "worker started with the --app that registers it",
+        *(agent_type, served),
+    )
 
 
 def sweep(jobs: ThinkJobs) -> int:

@@ -22,7 +22,7 @@ from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from think_jobs import ThinkJobs
+from think_jobs import ThinkJobs, logs
 from think_jobs.errors import ConfigurationError
 from web import auth, security
 from web.errors import handle_as_json
@@ -43,14 +43,19 @@ _JSON_PREFIXES = ("/api/", "/hooks/", "/healthz")
 def create_app(jobs: ThinkJobs | None = None, config: Mapping[str, Any] | None = None) -> Flask:
     """The standalone app: defaults, then ``FLASK_*`` environment variables, then ``config``.
 
+    The session cookie is ``Secure`` unless ``THINK_JOBS_SESSION_COOKIE_SECURE=false``
+    (plain-HTTP mode, for a trusted network without TLS).
+
     ``jobs`` defaults to the object named by ``THINK_JOBS_APP`` (``mypkg.agents:jobs``).
     ``THINK_JOBS_PROXY_FIX = n`` trusts ``X-Forwarded-*`` from ``n`` proxies in front.
     """
     app = Flask(__name__, static_folder=None)
+    extension = ThinkJobsFlask(jobs=jobs)
+    logs.configure(extension.jobs.settings)  # THINK_JOBS_LOG_LEVEL / _LOG_JSON, as everywhere
     app.config.from_mapping(STANDALONE_DEFAULTS)
+    app.config["SESSION_COOKIE_SECURE"] = extension.jobs.settings.session_cookie_secure
     app.config.from_prefixed_env("FLASK")
     app.config.from_mapping(config or {})
-    extension = ThinkJobsFlask(jobs=jobs)
     _set_secret_key(app, extension.jobs)
     extension.init_app(app)
     app.add_url_rule("/", "index", auth.marked(auth.PUBLIC)(_index))

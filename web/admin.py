@@ -7,6 +7,7 @@ stream uses it.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from flask import (
     Blueprint,
@@ -65,12 +66,39 @@ def page_helpers() -> dict[str, Any]:
 def login() -> ResponseReturnValue:
     if current_extension().authorize is not None:
         return redirect(login_target())
-    return render_template("think_jobs/login.html", next=_safe_next(request.args.get("next")))
+    return render_template(
+        "think_jobs/login.html",
+        next=_safe_next(request.args.get("next")),
+        plain_http_hint=PLAIN_HTTP_HINT if _secure_cookie_over_http() else None,
+    )
+
+
+PLAIN_HTTP_HINT = (
+    "This page came over plain HTTP, but the session cookie is HTTPS-only, so the browser "
+    "does not send it back and logging in cannot work: serve the app over HTTPS, or set "
+    "THINK_JOBS_SESSION_COOKIE_SECURE=false (plain-HTTP mode, trusted networks only)."
+)
+
+
+def _secure_cookie_over_http() -> bool:
+    """HTTPS-only cookie, plain-HTTP request, and not a loopback host (browsers treat
+    ``http://localhost`` and ``http://127.0.0.1`` as secure and keep the cookie there)."""
+    loopback = urlsplit("//" + request.host).hostname in {"localhost", "127.0.0.1", "::1"}
+    secure_only = bool(current_app.config.get("SESSION_COOKIE_SECURE"))
+    return secure_only and not request.is_secure and not loopback
+
+
+def _cookie_refused_over_http() -> bool:
+    """A login form posted over plain HTTP without the session cookie it was served with."""
+    cookie = current_app.config.get("SESSION_COOKIE_NAME", "session")
+    return _secure_cookie_over_http() and cookie not in request.cookies
 
 
 @bp.post("/login")
 @auth.marked(auth.PUBLIC)
 def login_submit() -> ResponseReturnValue:
+    if _cookie_refused_over_http():
+        raise ApiError(400, PLAIN_HTTP_HINT, type="session_cookie_not_sent")
     csrf.require_valid()
     target = _safe_next(request.form.get("next"))
     if not auth.log_in(request.form.get("token", "")):

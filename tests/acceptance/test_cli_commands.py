@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -131,7 +132,7 @@ def dev_process(
 ) -> Iterator[tuple[subprocess.Popen[str], int]]:
     port = free_port()
     clean = {k: v for k, v in os.environ.items() if not k.startswith("THINK_JOBS_")}
-    dev_env = {**clean, **env, "THINK_JOBS_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    dev_env = {**clean, **env}
     process = subprocess.Popen(
         [sys.executable, "-m", "think_jobs.cli", "dev", *APP, "--port", str(port), "-c", "1"],
         cwd=ROOT,
@@ -162,19 +163,47 @@ def _healthy(port: int) -> bool:
         return False
 
 
+def _pasted_env(process: subprocess.Popen[str]) -> dict[str, str]:
+    """Read dev's output up to its "Press Ctrl-C" line; the ``export`` lines as a dict."""
+    assert process.stdout is not None
+    exports: dict[str, str] = {}
+    for line in process.stdout:
+        if line.strip().startswith("export "):
+            name, _, value = line.strip().removeprefix("export ").partition("=")
+            exports[name] = shlex.split(value, comments=True)[0]
+        if "Press Ctrl-C" in line:
+            return exports
+    raise AssertionError(f"dev ended before announcing itself (exit {process.wait(10)})")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
-def test_dev_serves_healthz_and_stops_cleanly(
-    dev_process: tuple[subprocess.Popen[str], int],
+def test_dev_prints_a_block_another_terminal_can_paste_and_stops_cleanly(
+    dev_process: tuple[subprocess.Popen[str], int], env: dict[str, str]
 ) -> None:
     process, port = dev_process
+    pasted = _pasted_env(process)
+    assert pasted["THINK_JOBS_REDIS_URL"] == env["THINK_JOBS_REDIS_URL"]
+    assert pasted["THINK_JOBS_DATABASE_URL"] == env["THINK_JOBS_DATABASE_URL"]
+    assert pasted["THINK_JOBS_APP"] == "tests.apps.agents:jobs"
+    assert pasted["THINK_JOBS_API_TOKENS"]  # generated for this run (none was configured)
     wait_until(lambda: _healthy(port), 60, message=lambda: f"dev exited: {process.poll()}")
+    other_terminal = think_jobs("submit", "Support", "dev", "Hello", "--follow", env=pasted)
+    assert other_terminal.returncode == 0, other_terminal.stderr
+    assert "Thanks, we are on it." in other_terminal.stdout
     children = _children_of(process.pid)
-    assert len(children) >= 4  # worker, beat, web, and the private redis-server
+    assert len(children) >= 3  # worker, beat, web
     os.killpg(process.pid, signal.SIGINT)
     assert process.wait(60) == 0
-    output = process.stdout.read() if process.stdout else ""
-    assert "admin at http://127.0.0.1:" in output and "token" in output
     for child in children:
         with pytest.raises(ProcessLookupError):
             os.kill(child, 0)
+
+
+def test_dev_refuses_an_explicit_redis_that_does_not_answer(env: dict[str, str]) -> None:
+    unreachable = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
+    result = think_jobs("dev", *APP, env={**env, "THINK_JOBS_REDIS_URL": unreachable})
+    assert result.returncode == 1
+    port = unreachable.rsplit(":", 1)[1]
+    assert f"THINK_JOBS_REDIS_URL=redis://:***@127.0.0.1:{port} does not answer" in result.stderr
+    assert "hunter2" not in result.stderr + result.stdout and "Traceback" not in result.stderr

@@ -1,0 +1,122 @@
+"""Workers announce what they serve (issue 16): presence records in Redis, the waiting reason
+of a pending submission, and the unregistered-type log line once per type."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import pytest
+
+from tests.apps.agents import Recorder, Support
+from tests.support.builders import user, wait_for_status, wait_until
+from think_jobs import ThinkJobs, presence
+from think_jobs import worker as worker_module
+from think_jobs.testing import worker
+
+FAST = {"worker_heartbeat_interval_s": 0.2}
+
+
+def test_a_running_worker_has_a_record_that_goes_with_it(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    jobs = make_jobs(**FAST)
+    jobs.register(Support)
+    with worker(jobs, concurrency=3):
+        live = wait_until(lambda: presence.live_workers(jobs))
+        (record,) = live
+        assert record.role == "worker"
+        assert record.queues == [jobs.settings.queue]
+        assert record.agent_types == ["Support"]
+        assert record.concurrency == 3
+    assert presence.live_workers(jobs) == []
+
+
+def test_pending_without_any_worker_says_so(jobs: ThinkJobs) -> None:
+    agent = jobs.get_agent(Support, "lonely")
+    result = agent.submit_messages([user("hello?")])
+    assert result.waiting_reason is None  # submit answers at once: presence is read on inspect
+    found = agent.inspect_submission(result.submission_id)
+    assert found is not None and found.status == "pending"
+    queue = jobs.settings.queue
+    assert found.waiting_reason == (
+        f"no live worker serves agent type Support (no live worker consumes queue {queue})"
+    )
+
+
+def test_pending_while_the_live_workers_serve_other_types(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    producer = make_jobs()
+    agent = producer.get_agent(Support, "mismatch")
+    result = agent.submit_messages([user("anyone?")])
+    other = make_jobs(**FAST)
+    other.register(Recorder)  # a worker that never heard of Support
+    with worker(other, concurrency=1):
+        expected = (
+            "no live worker serves agent type Support "
+            f"(live workers on queue {producer.settings.queue} serve Recorder)"
+        )
+        wait_until(lambda: _reason(agent, result.submission_id) == expected)
+        right = make_jobs(**FAST)
+        right.register(Support)
+        with worker(right, concurrency=1):
+            wait_for_status(agent, result.submission_id, "completed")
+    found = agent.inspect_submission(result.submission_id)
+    assert found is not None and found.waiting_reason is None
+
+
+def _reason(agent: object, submission_id: str) -> str | None:
+    found = agent.inspect_submission(submission_id)  # type: ignore[attr-defined]
+    return None if found is None else found.waiting_reason
+
+
+def test_a_worker_without_agent_types_is_named_in_the_reason(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    producer = make_jobs()
+    agent = producer.get_agent(Support, "no-app")
+    result = agent.submit_messages([user("hi")])
+    with worker(make_jobs(**FAST), concurrency=1):  # as `think-jobs worker` without --app
+        queue = producer.settings.queue
+        expected = (
+            "no live worker serves agent type Support "
+            f"(the live workers on queue {queue} serve no agent types: --app?)"
+        )
+        wait_until(lambda: _reason(agent, result.submission_id) == expected)
+
+
+def test_redis_down_is_a_reason_not_an_exception(
+    make_jobs: Callable[..., ThinkJobs], database_url: str
+) -> None:
+    producer = make_jobs()
+    agent = producer.get_agent(Support, "blind")
+    result = agent.submit_messages([user("hi")])
+    from tests.support.processes import free_port
+
+    cut_off = make_jobs(redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    found = cut_off.get_agent(Support, "blind").inspect_submission(result.submission_id)
+    assert found is not None and found.status == "pending"
+    assert found.waiting_reason is not None
+    assert found.waiting_reason.startswith(
+        "cannot tell whether a live worker serves agent type Support: cannot read worker presence"
+    )
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_an_unregistered_type_is_logged_once_per_type(
+    make_jobs: Callable[..., ThinkJobs], caplog: pytest.LogCaptureFixture
+) -> None:
+    producer = make_jobs()
+    agent = producer.get_agent(Support, "elsewhere")
+    agent.submit_messages([user("hi")])
+    agent_id = producer.agent_id_of(agent, create=False)
+    assert agent_id is not None
+    stranger = make_jobs()
+    stranger.register(Recorder)
+    with caplog.at_level(logging.DEBUG, logger="think_jobs.worker"):
+        outcomes = [worker_module.drain(stranger, agent_id) for _ in range(3)]
+    assert outcomes == ["unregistered"] * 3
+    lines = [r for r in caplog.records if "is not registered in this worker" in r.getMessage()]
+    assert [r.levelno for r in lines] == [logging.ERROR, logging.DEBUG, logging.DEBUG]
+    assert "(it serves: Recorder)" in lines[0].getMessage()

@@ -1,0 +1,69 @@
+"""``think-jobs workers``: the live workers (and beat), what they serve and what they run.
+
+Read from the presence records every worker keeps in Redis (``think_jobs.presence``), so it
+answers in one round trip and needs no broadcast to the workers.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from think_jobs import presence
+
+_APP_HELP = "The ThinkJobs object as module:attribute (default: $THINK_JOBS_APP)."
+app_option = click.option("--app", "-A", "app_spec", default=None, help=_APP_HELP)
+
+
+@click.command()
+@app_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON array instead of a table.")
+@click.option(
+    "--check", "check_name", default=None, help="Exit 1 unless NAME (e.g. beat@host) is live."
+)
+def workers(app_spec: str | None, as_json: bool, check_name: str | None) -> None:
+    """List live workers: queues, agent types, concurrency, running tasks."""
+    from think_jobs import presence
+    from think_jobs.cli import load_app  # here: think_jobs.cli imports this module
+
+    jobs = load_app(app_spec)
+    if check_name is not None:
+        found = presence.find(jobs, check_name)
+        if found is None:
+            raise click.ClickException(f"no live worker or beat named {check_name}")
+        click.echo(f"{found.name} is live ({found.role}, pid {found.pid})")
+        return
+    live = presence.live_workers(jobs)
+    if as_json:
+        click.echo(json.dumps([record.model_dump(mode="json") for record in live], indent=2))
+        return
+    _print_table(live, queue=jobs.settings.queue)
+
+
+def _print_table(live: list[presence.WorkerRecord], *, queue: str) -> None:
+    if not live:
+        click.echo(f"no live workers (none has written its presence record; queue {queue})")
+        return
+    header = ("NAME", "ROLE", "QUEUES", "CONCURRENCY", "AGENT TYPES", "RUNNING")
+    lines = [header, *(_cells(record) for record in live)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    for line in lines:
+        cells = [cell.ljust(width) for cell, width in zip(line, widths, strict=False)]
+        click.echo("  ".join([*cells, line[-1]]).rstrip())
+
+
+def _cells(record: presence.WorkerRecord) -> tuple[str, str, str, str, str, str]:
+    from think_jobs import presence
+
+    running = "; ".join(presence.describe_running(record)) or "-"
+    return (
+        record.name,
+        record.role,
+        ", ".join(record.queues) or "-",
+        "-" if record.concurrency is None else str(record.concurrency),
+        ", ".join(record.agent_types) or ("none (no --app?)" if record.role == "worker" else "-"),
+        running,
+    )
