@@ -18,7 +18,8 @@ from think_jobs.errors import ConfigurationError
 
 ENV_PREFIX = "THINK_JOBS_"
 # Environment variables with our prefix that are read by the CLI, not by Settings.
-_NON_SETTING_ENV = frozenset({"THINK_JOBS_APP"})
+SECRETS_DIR_VARIABLE = "THINK_JOBS_SECRETS_DIR"
+_NON_SETTING_ENV = frozenset({"THINK_JOBS_APP", SECRETS_DIR_VARIABLE})
 
 TokenList = Annotated[tuple[SecretStr, ...], NoDecode]
 
@@ -189,9 +190,14 @@ def _check_environment(environ: Mapping[str, str]) -> None:
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Build Settings from the environment and ``overrides``; raise ConfigurationError on typos."""
+    """Build Settings from the environment and ``overrides``; raise ConfigurationError on typos.
+
+    A setting may also come from a file named ``think_jobs_<name>`` in ``$THINK_JOBS_SECRETS_DIR``
+    (Docker secrets: ``/run/secrets``); an environment variable of the same name wins.
+    """
     _check_environment(os.environ)
+    secrets_dir = os.environ.get(SECRETS_DIR_VARIABLE) or None
     try:
-        return Settings(**overrides)
+        return Settings(**overrides, _secrets_dir=secrets_dir)
     except ValidationError as exc:
         raise ConfigurationError(f"Invalid think-jobs settings: {exc}") from exc
