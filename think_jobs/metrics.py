@@ -87,9 +87,11 @@ class QueueCollector(Collector):
         running = GaugeMetricFamily(
             "think_jobs_running_turns", "Turns running now.", labels=["agent_type"]
         )
-        for agent_type, status, count in self._counts():
-            family = pending if status == "pending" else running
-            family.add_metric([agent_type], count)
+        counts = {(agent_type, status): n for agent_type, status, n in self._counts()}
+        known = sorted({agent_type for agent_type, _ in counts} | set(self._jobs.agent_types))
+        for agent_type in known:  # 0, not a missing sample, when nothing waits or runs
+            pending.add_metric([agent_type], counts.get((agent_type, "pending"), 0))
+            running.add_metric([agent_type], counts.get((agent_type, "running"), 0))
         yield pending
         yield running
 

@@ -19,6 +19,7 @@ from flask import (
     url_for,
 )
 from flask.typing import ResponseReturnValue
+from pydantic import Field
 from werkzeug.routing import BuildError
 
 from think_jobs import SubmissionStatus
@@ -48,6 +49,10 @@ FLASH = "think_jobs"
 class PageQuery(StrictModel):
     status: list[SubmissionStatus] | None = None
     before: Identifier | None = None
+
+
+class AgentsQuery(StrictModel):
+    page: int = Field(1, ge=1, le=1_000_000)
 
 
 @bp.context_processor
@@ -118,7 +123,11 @@ def logout() -> ResponseReturnValue:
 @bp.get("/")
 @auth.requires(auth.READ)
 def agents() -> str:
-    return render_template("think_jobs/agents.html", overview=agent_list())
+    """The agents, a page at a time (``THINK_JOBS_ADMIN_PAGE_SIZE`` rows), busiest first."""
+    overview = agent_list()
+    size = int(current_app.config["THINK_JOBS_ADMIN_PAGE_SIZE"])
+    page = admin_data.agents_page(overview.agents, page=params.query(AgentsQuery).page, size=size)
+    return render_template("think_jobs/agents.html", overview=overview, page=page)
 
 
 @bp.get("/dashboard")
@@ -166,6 +175,7 @@ def detail(agent_type: str, agent_name: str, request_id: str) -> str:
         request_id=request_id,
         status=status or transcript.status,
         submission=agent.inspect_submission(request_id),
+        asked=admin_data.asked(agent, request_id),
         transcript=transcript,
         stream_url=_stream_url(agent_type, agent_name, request_id, transcript.last_seq),
     )

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Protocol
 
 from think_jobs import Think
+from think_jobs.messages import UIMessage, message_text
 from think_jobs.results import StreamEvent
 from think_jobs.streaming import buffered_events
 
@@ -45,6 +48,53 @@ def transcript(agent: Think, request_id: str) -> Transcript:
     for event in buffered_events(jobs.redis, jobs.keys, agent.address, request_id):
         found.add(event)
     return found
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One message a turn was asked to answer (what its submission carried)."""
+
+    role: str
+    text: str
+
+
+def asked(agent: Think, request_id: str) -> list[Asked]:
+    """The messages the turn's submission carried (empty for a blocking call's turn)."""
+    from think_jobs.submissions import find_turn
+
+    turn = find_turn(agent, request_id)
+    wire = turn.messages if turn is not None else None
+    found = []
+    for item in wire or []:
+        message = UIMessage.model_validate(item)
+        found.append(Asked(message.role, message_text(message)))
+    return found
+
+
+@dataclass(frozen=True)
+class AgentsPage:
+    """One page of the agents table; ``pages`` counts them all (at least 1)."""
+
+    rows: list[AgentRow]
+    number: int
+    pages: int
+    total: int
+
+
+class AgentRow(Protocol):
+    agent_type: str
+    agent_name: str
+    pending: int
+    running: int
+
+
+def agents_page(rows: Sequence[AgentRow], *, page: int, size: int) -> AgentsPage:
+    """Page ``page`` (from 1) of ``rows``, the busiest (running, then pending) first."""
+    ordered = sorted(rows, key=lambda r: (-r.running, -r.pending, r.agent_type, r.agent_name))
+    pages = max(1, -(-len(ordered) // size))
+    number = min(page, pages)
+    start = (number - 1) * size
+    return AgentsPage(list(ordered[start : start + size]), number, pages, len(ordered))
 
 
 def duration(start: datetime | None, end: datetime | None) -> str:

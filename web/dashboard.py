@@ -1,5 +1,6 @@
 """The admin dashboard page: queue depth and turn latency over the last hour (server-rendered
-SVG), the oldest pending submission per agent type, and running turns that look stuck.
+SVG), the oldest pending submission per agent type (and, when no live worker serves its type,
+why it waits), running turns that look stuck, and the live workers.
 
 Everything comes from one read transaction on the database (``think_jobs.db.dashboard``); the
 page holds no state and needs no JavaScript. Configuration (Flask config):
@@ -15,8 +16,10 @@ from datetime import datetime
 from flask import current_app, render_template
 from markupsafe import Markup
 
+from think_jobs import presence
 from think_jobs.context import utcnow
 from think_jobs.db import dashboard as queries
+from think_jobs.errors import BrokerUnavailableError
 from web.charts import Axis, Chart, Frame, Series, bar_chart, line_chart, number
 from web.extension import current_extension
 
@@ -36,14 +39,40 @@ def render() -> str:
     jobs = current_extension().jobs
     with jobs.db.read() as conn:
         data = queries.snapshot(conn, now=utcnow(), rule=stuck_rule())
+    workers = live_workers()
     return render_template(
         "think_jobs/dashboard.html",
         data=data,
         charts=charts(data),
         oldest=oldest_by_type(data.oldest, jobs.agent_types),
         registered=set(jobs.agent_types),
+        workers=workers,
+        waiting=waiting_reasons(data.oldest, workers),
+        running=presence.describe_running,
         age=age,
     )
+
+
+def live_workers() -> list[presence.WorkerRecord] | None:
+    """The live workers and beats, or None when Redis cannot tell."""
+    try:
+        return presence.live_workers(current_extension().jobs)
+    except BrokerUnavailableError:
+        return None
+
+
+def waiting_reasons(
+    found: Sequence[queries.OldestPending], workers: list[presence.WorkerRecord] | None
+) -> dict[str, str]:
+    """Why the pending turns of a type wait, for the types that no live worker serves."""
+    if workers is None:
+        return {row.agent_type: "cannot tell which workers are live (Redis)" for row in found}
+    queue = current_extension().jobs.settings.queue
+    reasons = {
+        row.agent_type: presence.reason_among(workers, queue=queue, agent_type=row.agent_type)
+        for row in found
+    }
+    return {agent_type: reason for agent_type, reason in reasons.items() if reason}
 
 
 def oldest_by_type(

@@ -229,7 +229,7 @@ def test_the_page_shows_charts_oldest_pending_and_stuck_turns(
     stuck = page.split('id="tj-stuck"')[1]
     assert history.ids["stuck-a"] in stuck and history.ids["night"] in stuck
     assert history.ids["slow-b"] not in stuck
-    assert re.search(r"<td>Support</td>\s*<td colspan=\"4\"[^>]*>nothing pending", page)
+    assert re.search(r"<td>Support</td>\s*<td colspan=\"5\"[^>]*>nothing pending", page)
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])

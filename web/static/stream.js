@@ -31,11 +31,17 @@
       });
     }
   }
+  var streaming = false;
+  function streamingNow() {  // any content chunk: the turn runs (a page opened mid-turn
+    if (streaming) return;    // resumes after its start chunk, so it never sees "start")
+    streaming = true;
+    showStatus("running");
+    note("streaming…");
+  }
   var handlers = {
     "text-delta": function (chunk) { output.textContent += chunk.delta; },
     "tool-input-available": function (chunk) { line("called " + chunk.toolName); },
     "error": function (chunk) { line(chunk.errorText, "tj-error-text"); },
-    "start": function () { showStatus("running"); note("streaming…"); },
     "data-think-status": function (chunk) { showStatus(chunk.data.status, chunk.data.error); }
   };
 
@@ -47,6 +53,7 @@
       return;
     }
     var chunk = JSON.parse(message.data);
+    if (chunk.type !== "data-think-status") streamingNow();
     var handle = handlers[chunk.type];
     if (handle) handle(chunk);
   };
