@@ -82,10 +82,16 @@ class AgentsPage:
 
 
 class AgentRow(Protocol):
-    agent_type: str
-    agent_name: str
-    pending: int
-    running: int
+    """What the agents table reads of a row (the API's ``AgentSummary``)."""
+
+    @property
+    def agent_type(self) -> str: ...
+    @property
+    def agent_name(self) -> str: ...
+    @property
+    def pending(self) -> int: ...
+    @property
+    def running(self) -> int: ...
 
 
 def agents_page(rows: Sequence[AgentRow], *, page: int, size: int) -> AgentsPage:
