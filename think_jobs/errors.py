@@ -10,6 +10,7 @@
     │   ├── MessageValidationError    a message, part or chunk that is not AI SDK shaped
     │   └── ScheduleError             a schedule phrase, zone or task definition that is wrong
     ├── SubmissionConflictError     submission id and idempotency key name different submissions
+    ├── StoredMessageError          a stored message no longer reads back (repair or remove it)
     ├── NestedTurnError             (also RuntimeError) a blocking turn asked for from inside a turn
     ├── StorageUnavailableError     the database could not be reached; the operation did not happen
     ├── BrokerUnavailableError      Redis / the Celery broker could not be reached
@@ -58,6 +59,35 @@ class SubmissionConflictError(ThinkJobsError):
     """``submission_id`` and ``idempotency_key`` refer to different submissions."""
 
 
+class StoredMessageError(ThinkJobsError):
+    """A message of a stored conversation can no longer be read (a row written by an older
+    version, a manual edit). The agent is not bricked: ``think-jobs messages remove|repair``
+    (``think_jobs.repair``) removes the message or drops its unreadable parts.
+
+    ``message_id`` is the id the row carries (None if even that cannot be read), ``reason``
+    what failed, ``position`` the message's index in the conversation. ``args`` are
+    ``(message_id, reason, position)`` so the error survives pickling and Celery's JSON.
+    """
+
+    def __init__(self, message_id: str | None, reason: str, position: int | None = None) -> None:
+        super().__init__(message_id, reason, position)
+        self.message_id = message_id
+        self.reason = reason
+        self.position = position
+
+    def __str__(self) -> str:
+        return self.describe()
+
+    def describe(self, agent_type: str = "TYPE", agent_name: str = "NAME") -> str:
+        """The message, with the repair command spelled out for this agent."""
+        where = "" if self.position is None else f" (position {self.position} of the conversation)"
+        command = f"think-jobs messages remove|repair {agent_type} {agent_name}"
+        return (
+            f"stored message {self.message_id!r}{where} cannot be read: {self.reason}; "
+            f"remove or repair it ({command} {self.message_id or 'ID'})"
+        )
+
+
 class NestedTurnError(ThinkJobsError, RuntimeError):
     """A blocking turn (save_messages, chat, continue_last_turn) requested inside its turn."""
 
@@ -99,6 +129,7 @@ __all__ = [
     "NestedTurnError",
     "ScheduleError",
     "StorageUnavailableError",
+    "StoredMessageError",
     "SubmissionConflictError",
     "ThinkJobsError",
     "TurnFailedError",

@@ -5,7 +5,9 @@ code uses snake_case attributes; the wire (JSON for browsers and the database) u
 camelCase keys through aliases, so a JavaScript client needs no translation layer. Models forbid
 extra keys so that a typo such as ``toolCallID`` is an error instead of silently lost data, and
 validation errors are rewritten to name the bad field with a path the caller can act on
-(``messages[0].parts[1].text: Field required``).
+(``messages[0].parts[1].text: Field required``). The edge also applies the input limits
+(``think_jobs.limits``: depth, bytes, parts, messages), so whatever is stored reads back;
+``stored_messages`` names the message at fault (``StoredMessageError``) if one still does not.
 """
 
 from __future__ import annotations
@@ -28,7 +30,17 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
-from think_jobs.errors import MessageValidationError
+from think_jobs.errors import MessageValidationError, StoredMessageError
+from think_jobs.json_text import array_elements, leading_id
+from think_jobs.limits import (
+    DEFAULT_LIMITS,
+    MAX_ID_CHARS,
+    Limits,
+    entries,
+    has_control_characters,
+    over_limit,
+    value_problem,
+)
 
 Role = Literal["system", "user", "assistant"]
 TextState = Literal["streaming", "done"]
@@ -248,47 +260,143 @@ def _describe_message_error(error: ErrorDetails, path: str) -> str:
         return f"{where}: unknown message part type {json.dumps(tag)}; expected one of {expected}"
     if error["type"] == "union_tag_not_found":
         return describe_missing_tag(error["input"], where, "a message part")
-    return f"{where}: {error['msg']}"
+    return f"{where}: {error['msg']}" if where else error["msg"]
 
 
 def _message_error_text(exc: ValidationError, path: str) -> str:
     return "; ".join(_describe_message_error(error, path) for error in exc.errors())
 
 
-def coerce_message(value: UIMessage | Mapping[str, Any], *, path: str = "message") -> UIMessage:
+def coerce_message(
+    value: UIMessage | Mapping[str, Any],
+    *,
+    path: str = "message",
+    limits: Limits = DEFAULT_LIMITS,
+) -> UIMessage:
     """Validate one message given as a model or a dict with wire (or snake_case) keys.
 
-    A ``UIMessage`` is returned as is (not copied). Errors raise ``MessageValidationError``
-    whose text names each bad field, prefixed with ``path``.
+    A ``UIMessage`` is returned as is (not copied). Errors, and messages over ``limits``,
+    raise ``MessageValidationError`` whose text names each bad field, prefixed with ``path``.
     """
-    if isinstance(value, UIMessage):
-        return value
-    if not isinstance(value, Mapping):
+    return _sized_message(value, path, limits)[0]
+
+
+def _sized_message(
+    value: UIMessage | Mapping[str, Any], path: str, limits: Limits
+) -> tuple[UIMessage, int]:
+    """The validated message and its size in bytes as compact UTF-8 JSON."""
+    if not isinstance(value, UIMessage | Mapping):
         raise MessageValidationError(
             f"{path}: expected a message object, got {type(value).__name__}"
         )
+    _raise_if(_shape_problems(value, path, limits))
+    message = value if isinstance(value, UIMessage) else _validated(value, path)
+    size = len(_SERIALIZER.to_json(message, by_alias=True, exclude_none=True))
+    problems = _label_problems(message, path)
+    if size > limits.message_bytes:
+        measured = f"{size} bytes as JSON"
+        problems.append(over_limit(path, measured, limits.message_bytes, "max_message_bytes"))
+    _raise_if(problems)
+    return message, size
+
+
+def _validated(value: Mapping[str, Any], path: str) -> UIMessage:
     try:
         return UIMessage.model_validate(dict(value))
     except ValidationError as exc:
         raise MessageValidationError(_message_error_text(exc, path)) from exc
 
 
-def coerce_messages(values: Iterable[UIMessage | Mapping[str, Any]]) -> list[UIMessage]:
-    """Validate a list of messages; the error lists every bad field as ``messages[<i>]...``."""
+def _raise_if(problems: list[str]) -> None:
+    if problems:
+        raise MessageValidationError("; ".join(problems))
+
+
+def _shape_problems(value: object, path: str, limits: Limits) -> list[str]:
+    """Parts per message, and every field a JSON value within the depth limit (before
+    pydantic sees it: its serializer fails past ~250 levels, its JSON reader at 200)."""
+    problems: list[str | None] = []
+    for key, child in entries(value):
+        where = f"{path}.{key}"
+        if key == "parts" and isinstance(child, list | tuple):
+            problems.extend(_parts_problems(child, where, limits))
+        else:
+            problems.append(value_problem(child, where, depth_limit=limits.json_depth))
+    return [problem for problem in problems if problem is not None]
+
+
+def _parts_problems(parts: Sequence[object], where: str, limits: Limits) -> list[str | None]:
+    if len(parts) > limits.parts_per_message:
+        measured = f"{len(parts)} parts"
+        return [over_limit(where, measured, limits.parts_per_message, "max_parts_per_message")]
+    return [
+        value_problem(child, f"{where}[{index}].{key}", depth_limit=limits.json_depth)
+        for index, part in enumerate(parts)
+        for key, child in entries(part)
+    ]
+
+
+_LABELS = ("type", "id", "tool_call_id", "tool_name", "source_id", "media_type")
+
+
+def _label_problems(message: UIMessage, path: str) -> list[str]:
+    """Ids and names stay short (the message id is a VARCHAR(255) column, without NUL)."""
+    problems = [_label_problem(message.id, f"{path}.id")]
+    if has_control_characters(message.id):
+        problems.append(f"{path}.id: must not contain control characters")
+    for index, part in enumerate(message.parts):
+        fields = type(part).model_fields
+        for name in _LABELS:
+            label = getattr(part, name) if name in fields else None
+            if isinstance(label, str):
+                where = f"{path}.parts[{index}].{fields[name].alias or name}"
+                problems.append(_label_problem(label, where))
+    return [problem for problem in problems if problem is not None]
+
+
+def _label_problem(label: str, where: str) -> str | None:
+    if len(label) <= MAX_ID_CHARS:
+        return None
+    return f"{where}: {len(label)} characters; the limit is {MAX_ID_CHARS}"
+
+
+def coerce_messages(
+    values: Iterable[UIMessage | Mapping[str, Any]], *, limits: Limits = DEFAULT_LIMITS
+) -> list[UIMessage]:
+    """Validate a list of messages; the error lists every bad field as ``messages[<i>]...``.
+
+    ``limits`` also bounds how many messages there are and their bytes in all.
+    """
     if isinstance(values, str | bytes | Mapping):
         raise MessageValidationError(
             f"messages: expected a list of messages, got {type(values).__name__}"
         )
-    messages: list[UIMessage] = []
+    items = list(values)
+    _raise_if(_count_problems(items, limits))
+    sized: list[tuple[UIMessage, int]] = []
     problems: list[str] = []
-    for index, value in enumerate(values):
+    for index, value in enumerate(items):
         try:
-            messages.append(coerce_message(value, path=f"messages[{index}]"))
+            sized.append(_sized_message(value, f"messages[{index}]", limits))
         except MessageValidationError as exc:
             problems.append(str(exc))
-    if problems:
-        raise MessageValidationError("; ".join(problems))
-    return messages
+    _raise_if(problems or _total_problems(sum(size for _m, size in sized), limits))
+    return [message for message, _size in sized]
+
+
+def _count_problems(items: list[Any], limits: Limits) -> list[str]:
+    if len(items) <= limits.messages_per_submission:
+        return []
+    most = limits.messages_per_submission
+    measured = f"{len(items)} messages, at most {most} messages per submission"
+    return [over_limit("messages", measured, most, "max_messages_per_submission")]
+
+
+def _total_problems(total: int, limits: Limits) -> list[str]:
+    if total <= limits.submission_bytes:
+        return []
+    measured = f"{total} bytes as JSON in all"
+    return [over_limit("messages", measured, limits.submission_bytes, "max_submission_bytes")]
 
 
 __all__ = [
@@ -315,13 +423,45 @@ __all__ = [
     "join_path",
     "message_text",
     "new_message_id",
+    "stored_message_problem",
+    "stored_messages",
     "user_text_message",
 ]
 
 
 _MESSAGE_LIST: TypeAdapter[list[UIMessage]] = TypeAdapter(list[UIMessage])
+_SERIALIZER = UIMessage.__pydantic_serializer__
 
 
 def stored_messages(json_array: str) -> list[UIMessage]:
-    """Messages read back from storage (a JSON array): validated once, in one pass."""
-    return _MESSAGE_LIST.validate_json(json_array)
+    """Messages read back from storage (a JSON array): validated once, in one pass.
+
+    Raises ``StoredMessageError`` naming the first message that cannot be read (its id, its
+    position and why), never a bare pydantic error: the caller can tell the operator which
+    message to remove or repair.
+    """
+    try:
+        return _MESSAGE_LIST.validate_json(json_array)
+    except ValidationError as exc:
+        raise _unreadable(json_array, exc) from exc
+
+
+def stored_message_problem(json_object: str) -> str | None:
+    """Why one stored message (JSON text) does not read back, or None when it does. It is
+    read as it is in a conversation: as an element of an array, one level down."""
+    try:
+        _MESSAGE_LIST.validate_json(f"[{json_object}]")
+    except ValidationError as exc:
+        errors = exc.errors()
+        for error in errors:
+            error["loc"] = error["loc"][1:]  # the array index is not the message's
+        return "; ".join(_describe_message_error(error, "") for error in errors)
+    return None
+
+
+def _unreadable(json_array: str, exc: ValidationError) -> StoredMessageError:
+    for position, text in enumerate(array_elements(json_array)):
+        problem = stored_message_problem(text)
+        if problem is not None:
+            return StoredMessageError(leading_id(text), problem, position)
+    return StoredMessageError(None, _message_error_text(exc, "messages"))

@@ -12,18 +12,17 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import redis
 from redis import Redis
 
-from think_jobs import schedules
+from think_jobs import schedules, validation
 from think_jobs.agent import Think
 from think_jobs.context import utcnow
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import migrate as migrations
 from think_jobs.db.engine import Database
 from think_jobs.dispatch import Dispatcher
-from think_jobs.errors import AgentNotRegisteredError, ConfigurationError, InvalidInputError
+from think_jobs.errors import AgentNotRegisteredError, ConfigurationError
 from think_jobs.keys import Keys
 from think_jobs.scheduled_task import validate_scheduled_tasks
 from think_jobs.settings import Settings, load_settings
-from think_jobs.validation import has_control_characters
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -95,10 +94,7 @@ class ThinkJobs:
     def get_agent(self, agent: str, name: str) -> Think: ...
     def get_agent(self, agent: type[Think] | str, name: str) -> Think:
         """The agent ``name`` of a class (registered on first use) or of a registered type."""
-        if not isinstance(name, str) or not name or len(name) > 200:
-            raise InvalidInputError("an agent name must be a non-empty string of ≤ 200 chars")
-        if has_control_characters(name):
-            raise InvalidInputError("an agent name must not contain control characters")
+        name = validation.agent_name(name)  # round-trips in a URL; InvalidInputError if not
         if isinstance(agent, str):
             return self.agent_class(agent)(self, name)
         if self._classes.get(agent.agent_type) is not agent:

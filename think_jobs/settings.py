@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -86,6 +86,23 @@ class Settings(BaseSettings):
     max_metadata_bytes: int = Field(
         16_384, ge=2, description="Largest submission metadata, as JSON bytes."
     )
+    max_json_depth: int = Field(
+        64,
+        ge=1,
+        le=128,
+        description="How deep a JSON value may nest: a part's data, tool input and output, "
+        "provider metadata, message and submission metadata, a turn's body. At most 128, so "
+        "that what is stored reads back (pydantic's JSON reader stops at 200 levels).",
+    )
+    max_message_bytes: int = Field(
+        4_194_304, ge=1024, description="Largest message, as compact UTF-8 JSON (4 MiB)."
+    )
+    max_submission_bytes: int = Field(
+        16_777_216,
+        ge=1024,
+        description="Largest sum of the messages of one submission, as JSON (16 MiB).",
+    )
+    max_parts_per_message: int = Field(1000, ge=1, description="Most parts one message may hold.")
     max_steps: int = Field(
         10,
         ge=1,
@@ -108,6 +125,21 @@ class Settings(BaseSettings):
         "X-Delivery-Id",
         description="Webhook header whose value becomes the idempotency key.",
     )
+    webhook_scheme: Literal["github", "standard"] = Field(
+        "github",
+        description="How webhook deliveries are signed: `github` (X-Signature-256 over the "
+        "body) or `standard` (Standard Webhooks: webhook-id, webhook-timestamp and "
+        "webhook-signature over id.timestamp.body; the delivery id is signed and old "
+        "captures are refused).",
+    )
+    webhook_previous_secrets: TokenList = Field(
+        (), description="Comma-separated webhook secrets still accepted while senders rotate."
+    )
+    webhook_tolerance_s: int = Field(
+        300,
+        ge=1,
+        description="Standard webhooks: how far `webhook-timestamp` may be from now.",
+    )
     secret_key: SecretStr | None = Field(
         None, description="Signs the web app's sessions and CSRF tokens (required by the web app)."
     )
@@ -116,6 +148,13 @@ class Settings(BaseSettings):
     )
     max_request_bytes: int = Field(
         1_048_576, ge=1024, description="Largest request body the web app reads."
+    )
+
+    admin_session_ttl_s: int = Field(
+        43_200,
+        ge=60,
+        description="An admin login ends this long after its last request (12 h); logging "
+        "out ends it at once.",
     )
 
     beat_tick_interval_s: float = Field(
@@ -164,7 +203,7 @@ class Settings(BaseSettings):
         "(a trusted network without TLS).",
     )
 
-    @field_validator("api_tokens", "read_tokens", mode="before")
+    @field_validator("api_tokens", "read_tokens", "webhook_previous_secrets", mode="before")
     @classmethod
     def _split_tokens(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -20,6 +20,7 @@ from think_jobs.context import utcnow
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.turns import TurnRecord
 from think_jobs.errors import InvalidInputError, UnknownCursorError
+from think_jobs.limits import Limits
 from think_jobs.messages import UIMessage
 from think_jobs.results import (
     TERMINAL_STATUSES,
@@ -65,12 +66,8 @@ def submit(
     wire = validation.submission_messages(messages, jobs.settings)
     values = {
         "submission_id": validation.optional_id(submission_id, "submission_id"),
-        "idempotency_key": validation.optional_id(
-            idempotency_key, "idempotency_key", max_length=validation.MAX_IDEMPOTENCY_KEY_LENGTH
-        ),
-        "metadata": validation.json_object(
-            metadata, "metadata", max_bytes=jobs.settings.max_metadata_bytes
-        ),
+        "idempotency_key": validation.optional_key(idempotency_key, "idempotency_key"),
+        "metadata": validation.json_object(metadata, "metadata", limits=Limits.of(jobs.settings)),
         "messages": wire,
         "trigger": trigger,
     }

@@ -1,19 +1,58 @@
 """Checks at the edge: what ``submit_messages`` and friends accept, with errors that say what
-to fix. Everything here runs before anything is stored."""
+to fix. Everything here runs before anything is stored.
+
+Ids that name things in URLs (agent names, submission ids) follow one rule,
+``IDENTIFIER_PATTERN``: printable ASCII without ``/`` (a space only inside), and not ``.`` or
+``..``, so every such id round-trips through a URL path. Keys (idempotency keys, webhook
+delivery ids) travel in headers: the same rule without spaces, ``KEY_PATTERN``.
+Messages and JSON values are bounded by ``think_jobs.limits`` (depth, bytes, counts).
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from think_jobs.errors import EmptySubmissionError, InvalidInputError
+from think_jobs.errors import EmptySubmissionError, InvalidInputError, MessageValidationError
+from think_jobs.limits import Limits, has_control_characters, value_problem
 from think_jobs.messages import UIMessage, coerce_messages
 from think_jobs.settings import Settings
 
+__all__ = [
+    "AGENT_NAME_MAX_CHARS",
+    "EMPTY_SUBMISSION",
+    "IDENTIFIER_PATTERN",
+    "ID_MAX_CHARS",
+    "KEY_PATTERN",
+    "MAX_IDEMPOTENCY_KEY_LENGTH",
+    "agent_name",
+    "clamp",
+    "has_control_characters",
+    "identifier",
+    "json_object",
+    "key",
+    "optional_id",
+    "optional_key",
+    "submission_messages",
+]
+
 EMPTY_SUBMISSION = "submit_messages requires at least one message"
-_MAX_ID_LENGTH = 255
+ID_MAX_CHARS = 255
+AGENT_NAME_MAX_CHARS = 200
 MAX_IDEMPOTENCY_KEY_LENGTH = 512
+# Regular expressions without look-arounds, so JSON Schema, Python and Rust read them alike.
+# An id: printable ASCII without "/" (spaces only inside), and neither "." nor "..".
+_VISIBLE, _NO_DOT, _ANY = r"[\x21-\x2e\x30-\x7e]", r"[\x21-\x2d\x30-\x7e]", r"[\x20-\x2e\x30-\x7e]"
+IDENTIFIER_PATTERN = rf"^(?:{_NO_DOT}|{_NO_DOT}{_VISIBLE}|\.{_NO_DOT}|{_VISIBLE}{_ANY}+{_VISIBLE})$"
+# A key (idempotency keys, webhook delivery ids, which travel in headers): the same, no spaces.
+KEY_PATTERN = rf"^(?:{_NO_DOT}{_VISIBLE}*|\.(?:{_NO_DOT}{_VISIBLE}*|\.{_VISIBLE}+))$"
+_RULES = {
+    IDENTIFIER_PATTERN: "use printable ASCII without '/' (spaces only inside), not '.' or '..'",
+    KEY_PATTERN: "use printable ASCII from ! to ~ (no spaces) without '/', not '.' or '..'",
+}
+_COMPILED = {pattern: re.compile(pattern) for pattern in _RULES}
 
 
 def submission_messages(
@@ -27,47 +66,64 @@ def submission_messages(
     items = list(messages)
     if not items:
         raise EmptySubmissionError(EMPTY_SUBMISSION)
-    if len(items) > settings.max_messages_per_submission:
-        raise InvalidInputError(
-            f"submit_messages accepts at most {settings.max_messages_per_submission} messages "
-            f"(got {len(items)}); raise THINK_JOBS_MAX_MESSAGES_PER_SUBMISSION to allow more"
-        )
-    return [message.to_wire() for message in coerce_messages(items)]
+    return [message.to_wire() for message in coerce_messages(items, limits=Limits.of(settings))]
 
 
-def optional_id(value: str | None, name: str, *, max_length: int = _MAX_ID_LENGTH) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
+def identifier(
+    value: object, name: str, *, max_chars: int = ID_MAX_CHARS, pattern: str = IDENTIFIER_PATTERN
+) -> str:
+    """``value`` if it is an id that round-trips in a URL (``IDENTIFIER_PATTERN``, or
+    ``KEY_PATTERN`` for keys) of at most ``max_chars`` characters; otherwise
+    InvalidInputError naming the field, the rule and the value."""
+    if not isinstance(value, str) or not value:
         raise InvalidInputError(f"{name} must be a non-empty string")
-    if len(value) > max_length:
-        raise InvalidInputError(f"{name} is longer than {max_length} characters")
-    if has_control_characters(value):
-        raise InvalidInputError(f"{name} must not contain control characters")
+    if len(value) > max_chars:
+        raise InvalidInputError(f"{name}: {len(value)} characters; the limit is {max_chars}")
+    if not _COMPILED[pattern].fullmatch(value):
+        shown = json.dumps(value[:40] + ("..." if len(value) > 40 else ""))
+        raise InvalidInputError(f"{name} {shown} cannot be used in a URL: {_RULES[pattern]}")
     return value
 
 
-def has_control_characters(value: str) -> bool:
-    """NUL and the other C0 controls are refused in ids and names (PostgreSQL rejects NUL)."""
-    return any(ord(character) < 32 or ord(character) == 127 for character in value)
+def key(value: object, name: str, *, max_chars: int = MAX_IDEMPOTENCY_KEY_LENGTH) -> str:
+    """An idempotency key or delivery id: the id rule without spaces (``KEY_PATTERN``)."""
+    return identifier(value, name, max_chars=max_chars, pattern=KEY_PATTERN)
+
+
+def agent_name(value: object) -> str:
+    """An agent name: the id rule, at most 200 characters (the column's width)."""
+    return identifier(value, "agent name", max_chars=AGENT_NAME_MAX_CHARS)
+
+
+def optional_id(value: str | None, name: str, *, max_length: int = ID_MAX_CHARS) -> str | None:
+    """None, or ``identifier(value, name)``."""
+    return None if value is None else identifier(value, name, max_chars=max_length)
+
+
+def optional_key(value: str | None, name: str) -> str | None:
+    """None, or ``key(value, name)``."""
+    return None if value is None else key(value, name)
 
 
 def json_object(
-    value: Mapping[str, Any] | None, name: str, *, max_bytes: int
+    value: Mapping[str, Any] | None, name: str, *, limits: Limits
 ) -> dict[str, Any] | None:
-    """A JSON-serialisable dict within ``max_bytes``, or None."""
+    """A JSON object within ``limits`` (depth, ``metadata_bytes``) as a plain dict, or None.
+
+    Raises MessageValidationError (an InvalidInputError) naming the field, limit and value.
+    """
     if value is None:
         return None
     if not isinstance(value, Mapping):
         raise InvalidInputError(f"{name} must be a JSON object (dict), got {type(value).__name__}")
-    try:
-        encoded = json.dumps(dict(value), allow_nan=False)
-    except (TypeError, ValueError) as error:
-        raise InvalidInputError(f"{name} must be JSON-serialisable: {error}") from error
-    if len(encoded.encode()) > max_bytes:
-        raise InvalidInputError(
-            f"{name} is {len(encoded.encode())} bytes as JSON; the limit is {max_bytes} "
-            f"(THINK_JOBS_MAX_METADATA_BYTES)"
+    problem = value_problem(value, name, depth_limit=limits.json_depth)
+    if problem is not None:
+        raise MessageValidationError(problem)
+    encoded = json.dumps(dict(value), ensure_ascii=False, separators=(",", ":")).encode()
+    if len(encoded) > limits.metadata_bytes:
+        raise MessageValidationError(
+            f"{name} is {len(encoded)} bytes as JSON; the limit is {limits.metadata_bytes} "
+            "(THINK_JOBS_MAX_METADATA_BYTES)"
         )
     result: dict[str, Any] = json.loads(encoded)
     return result

@@ -1,0 +1,171 @@
+"""Input limits: how deep a JSON value may nest, how big a message and a submission may be,
+how many parts and messages they may hold, and what a JSON value may contain.
+
+Every entry (the Python API, HTTP, webhooks, the CLI, schedules, workflow steps) reaches
+these checks through ``think_jobs.messages.coerce_messages`` and ``think_jobs.validation``
+before anything is stored. Values are walked without recursion, so a list nested a million
+levels deep costs a loop, not a crash, and each problem names the field, the limit and the
+value (``messages[0].parts[1].data: nested 250 levels deep; the limit is 64``).
+
+Why depth is limited at all: what is stored must read back. pydantic's JSON reader (the
+conversation is read back in one pass) stops at 200 levels and its serializer near 250, so
+``max_json_depth`` is capped at 128 (a stored message adds four levels around a part's data).
+This module is a leaf: it knows JSON values and paths, not messages.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from think_jobs.settings import Settings
+
+MAX_JSON_DEPTH_CAP = 128
+MAX_ID_CHARS = 255  # message ids are stored in a VARCHAR(255) column
+_SCALARS = (str, int, float, bool, type(None))
+Key = str | int
+Chain = tuple["Chain", Key] | None  # a path as a linked list: O(1) per node walked
+
+
+@dataclass(frozen=True)
+class Limits:
+    """One set of limits (``Limits.of(settings)``); the defaults are the settings' defaults."""
+
+    json_depth: int = 64
+    message_bytes: int = 4 * 1024 * 1024
+    submission_bytes: int = 16 * 1024 * 1024
+    parts_per_message: int = 1000
+    messages_per_submission: int = 100
+    metadata_bytes: int = 16_384
+
+    @classmethod
+    def of(cls, settings: Settings) -> Limits:
+        return cls(
+            json_depth=settings.max_json_depth,
+            message_bytes=settings.max_message_bytes,
+            submission_bytes=settings.max_submission_bytes,
+            parts_per_message=settings.max_parts_per_message,
+            messages_per_submission=settings.max_messages_per_submission,
+            metadata_bytes=settings.max_metadata_bytes,
+        )
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def over_limit(where: str, measured: str, limit: int, setting: str) -> str:
+    """``messages[0]: 5000000 bytes as JSON; the limit is 4194304 (THINK_JOBS_...)``."""
+    return f"{where}: {measured}; the limit is {limit} (THINK_JOBS_{setting.upper()})"
+
+
+def json_depth(value: object) -> int:
+    """Nesting depth: 0 for a scalar, 1 for ``[]`` or ``{"a": 1}``, 2 for ``[[1]]``..."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        node, level = stack.pop()
+        if _is_container(node):
+            deepest = max(deepest, level + 1)
+            stack.extend((child, level + 1) for _key, child in entries(node))
+    return deepest
+
+
+def value_problem(value: object, where: str, *, depth_limit: int) -> str | None:
+    """Why ``value`` is not a JSON value within ``depth_limit`` levels (the first reason
+    found, with the path to it), or None when it is one."""
+    stack: list[tuple[object, Chain, int]] = [(value, None, 0)]
+    while stack:
+        node, chain, level = stack.pop()
+        if _is_container(node):
+            if level + 1 > depth_limit:
+                deep = f"nested {json_depth(value)} levels deep"
+                return over_limit(where, deep, depth_limit, "max_json_depth")
+            children = list(entries(node))
+            problem = _keys_problem(node, children, where, chain)
+            if problem is not None:
+                return problem
+            stack.extend((child, (chain, key), level + 1) for key, child in reversed(children))
+            continue
+        problem = scalar_problem(node)
+        if problem is not None:
+            return f"{path_text(where, chain)}: {problem}"
+    return None
+
+
+def scalar_problem(node: object) -> str | None:
+    """Why a leaf is not a JSON scalar that reads back as it was written, or None."""
+    if isinstance(node, str):
+        return None if is_unicode(node) else "text is not valid Unicode (a lone surrogate)"
+    if isinstance(node, float) and not math.isfinite(node):
+        return f"{node} is not a JSON number"
+    if isinstance(node, _SCALARS):
+        return None
+    name = type(node).__name__
+    return (
+        f"a {name} is not JSON-serialisable (use objects, arrays, strings, numbers, booleans, null)"
+    )
+
+
+def _keys_problem(
+    node: object, children: list[tuple[Key, object]], where: str, chain: Chain
+) -> str | None:
+    if not isinstance(node, Mapping):
+        return None
+    for key, _child in children:
+        if not isinstance(key, str):
+            return f"{path_text(where, chain)}: object keys must be strings, got {key!r}"
+        if not is_unicode(key):
+            return f"{path_text(where, chain)}: a key is not valid Unicode (a lone surrogate)"
+    return None
+
+
+def has_control_characters(value: str) -> bool:
+    """NUL and the other C0 controls, and DEL (PostgreSQL text cannot hold NUL)."""
+    return any(ord(character) < 32 or ord(character) == 127 for character in value)
+
+
+def is_unicode(text: str) -> bool:
+    """False for text holding a lone surrogate (it can be neither encoded nor read back)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _is_container(node: object) -> bool:
+    """JSON objects and arrays; a pydantic model inside a value is not JSON (refused)."""
+    return isinstance(node, Mapping | list | tuple)
+
+
+def entries(node: object) -> Iterator[tuple[Key, object]]:
+    """The children of a container: a mapping's items, a sequence's items with their index,
+    a pydantic model's set fields by wire name (so a ``UIMessage`` walks like its JSON)."""
+    if isinstance(node, Mapping):
+        yield from node.items()
+    elif isinstance(node, list | tuple):
+        yield from enumerate(node)
+    elif isinstance(node, BaseModel):
+        for name, field in type(node).model_fields.items():
+            child = getattr(node, name)
+            if child is not None:
+                yield field.alias or name, child
+
+
+def path_text(where: str, chain: Chain) -> str:
+    """``path_text("messages[0].metadata", ((None, "a"), 3))`` → ``messages[0].metadata.a[3]``."""
+    keys: list[Key] = []
+    while chain is not None:
+        chain, key = chain
+        keys.append(key)
+    out = where
+    for key in reversed(keys):
+        out += f"[{key}]" if isinstance(key, int) else f".{key}"
+    return out
