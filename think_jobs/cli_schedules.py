@@ -72,8 +72,10 @@ def run_schedule(
     """Fire TASK_ID of the agent NAME of AGENT_TYPE now; prints the submission id."""
     from think_jobs.errors import ThinkJobsError
 
+    from think_jobs.cli import load_app_with_agents  # here: think_jobs.cli imports this module
+
     scheduled_for = _occurrence(at)
-    jobs = _load(app_spec)
+    jobs = load_app_with_agents(app_spec)
     try:
         agent = jobs.get_agent(agent_type, name)
         result = agent.run_scheduled_task(task_id, scheduled_for=scheduled_for)

@@ -64,7 +64,15 @@ def test_an_empty_message_is_refused_and_nothing_is_stored(
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
-@pytest.mark.parametrize("command", [["submit", "Support", "a", "hi"], ["tail", "Support", "a"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["submit", "Support", "a", "hi"],
+        ["tail", "Support", "a"],
+        ["submissions", "list", "Support", "a"],
+        ["schedules", "run", "Support", "a", "daily"],
+    ],
+)
 def test_commands_that_name_an_agent_type_say_when_there_is_no_app(
     env: dict[str, str], command: list[str]
 ) -> None:
