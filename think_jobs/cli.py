@@ -143,11 +143,12 @@ def _add_commands() -> None:
     from importlib.metadata import entry_points
 
     from think_jobs.cli_dev import dev
+    from think_jobs.cli_messages import messages
     from think_jobs.cli_schedules import beat, schedules
     from think_jobs.cli_submissions import submissions, submit, tail
     from think_jobs.cli_workers import workers
 
-    for command in (beat, schedules, dev, submit, tail, submissions, workers):
+    for command in (messages, beat, schedules, dev, submit, tail, submissions, workers):
         main.add_command(command)
     for plugin in entry_points(group="think_jobs.commands"):  # e.g. ``web`` from the web package
         main.add_command(plugin.load(), plugin.name)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Text, bindparam, cast, delete, select
+from sqlalchemy import Connection, Text, bindparam, cast, delete, select, update
 
 from think_jobs.db.dialect import insert_ignoring_conflicts, upsert
 from think_jobs.db.tables import messages
@@ -81,3 +81,46 @@ def last_message(conn: Connection, agent_id: int) -> dict[str, Any] | None:
 
 def delete_conversation(conn: Connection, agent_id: int) -> int:
     return conn.execute(delete(messages).where(messages.c.agent_id == agent_id)).rowcount
+
+
+# -- operator repairs (think_jobs.repair): rows read as text, so nothing is parsed on the way --
+
+_ROWS_JSON = (
+    select(messages.c.message_id, cast(messages.c.data, Text))
+    .where(messages.c.agent_id == bindparam("agent_id"))
+    .order_by(messages.c.id)
+)
+
+
+def message_rows_json(conn: Connection, agent_id: int) -> list[tuple[str, str]]:
+    """``(message id, JSON text)`` of every stored message of the agent, in order."""
+    rows = conn.execute(_ROWS_JSON, {"agent_id": agent_id})
+    return [(message_id, text) for message_id, text in rows]
+
+
+def message_json(conn: Connection, agent_id: int, message_id: str) -> str | None:
+    """One stored message as JSON text (None: no such message)."""
+    query = select(cast(messages.c.data, Text)).where(
+        messages.c.agent_id == agent_id, messages.c.message_id == message_id
+    )
+    return conn.execute(query).scalar_one_or_none()
+
+
+def delete_message(conn: Connection, agent_id: int, message_id: str) -> bool:
+    """Remove one message from the conversation; False if there was none with that id."""
+    statement = delete(messages).where(
+        messages.c.agent_id == agent_id, messages.c.message_id == message_id
+    )
+    return conn.execute(statement).rowcount > 0
+
+
+def replace_message(
+    conn: Connection, agent_id: int, message_id: str, wire_message: dict[str, Any]
+) -> bool:
+    """Overwrite a stored message's data in place (its position is kept)."""
+    statement = (
+        update(messages)
+        .where(messages.c.agent_id == agent_id, messages.c.message_id == message_id)
+        .values(data=wire_message)
+    )
+    return conn.execute(statement).rowcount > 0
