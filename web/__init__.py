@@ -20,13 +20,12 @@ from typing import Any
 from flask import Flask, Response, redirect, request, url_for
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
-from werkzeug.middleware.proxy_fix import ProxyFix
 
 from think_jobs import ThinkJobs, logs
 from think_jobs.errors import ConfigurationError
 from web import auth, security
 from web.errors import handle_as_json
-from web.extension import Authorize, ThinkJobsFlask, current_extension
+from web.extension import Authorize, ThinkJobsFlask, current_extension, proxy_fix
 
 __all__ = ["Authorize", "ThinkJobsFlask", "create_app", "current_extension"]
 
@@ -63,9 +62,7 @@ def create_app(jobs: ThinkJobs | None = None, config: Mapping[str, Any] | None =
     app.after_request(security.add_headers)
     proxies = int(app.config["THINK_JOBS_PROXY_FIX"])
     if proxies:
-        app.wsgi_app = ProxyFix(  # type: ignore[method-assign]
-            app.wsgi_app, x_for=proxies, x_proto=proxies, x_host=proxies, x_prefix=proxies
-        )
+        app.wsgi_app = proxy_fix(app.wsgi_app, proxies)  # type: ignore[method-assign]
     return app
 
 

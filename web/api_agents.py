@@ -5,10 +5,12 @@ from __future__ import annotations
 from flask import Response
 
 from think_jobs.db import agents as agent_ops
+from think_jobs.errors import StoredMessageError
 from web import auth, params
+from web.errors import unreadable_message
 from web.extension import current_extension
 from web.openapi import api_blueprint, operation
-from web.schemas import AgentList, AgentSummary, MessageList
+from web.schemas import AgentList, AgentSummary, ErrorBody, MessageList
 
 bp = api_blueprint("think_jobs_api_agents", __name__)
 
@@ -31,11 +33,15 @@ def list_agents() -> Response:
 
 @bp.get("/agents/<agent_type>/<agent_name>/messages")
 @operation(
-    summary="An agent's conversation (AI SDK UIMessages)",
+    summary="An agent's conversation (AI SDK UIMessages); 409 if a stored one cannot be read",
     tag="agents",
-    responses={200: MessageList},
+    responses={200: MessageList, 409: ErrorBody},
 )
 @auth.requires(auth.READ)
 def messages(agent_type: str, agent_name: str) -> Response:
     agent = params.agent(agent_type, agent_name)
-    return params.model_response(MessageList(messages=[m.to_wire() for m in agent.get_messages()]))
+    try:
+        found = agent.get_messages()
+    except StoredMessageError as error:
+        raise unreadable_message(error, agent.agent_type, agent.name) from error
+    return params.model_response(MessageList(messages=[m.to_wire() for m in found]))

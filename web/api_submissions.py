@@ -74,7 +74,7 @@ def _idempotency_key(body: SubmitBody) -> str | None:
     header = request.headers.get(IDEMPOTENCY_HEADER)
     if header is None:
         return body.idempotency_key
-    key = params.identifier(header, f"header.{IDEMPOTENCY_HEADER}")
+    key = params.key(header, f"header.{IDEMPOTENCY_HEADER}")
     if body.idempotency_key not in (None, key):
         raise ApiError(400, "the Idempotency-Key header and the idempotency_key field differ")
     return key

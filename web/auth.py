@@ -3,7 +3,9 @@
 Two scopes: ``read`` (look) and ``write`` (submit, cancel, delete). Full tokens
 (``THINK_JOBS_API_TOKENS``) grant both, read tokens (``THINK_JOBS_READ_TOKENS``) only ``read``.
 Tokens are compared in constant time against every configured token, never logged, and never
-stored: the admin session keeps an HMAC fingerprint, so removing a token ends its sessions.
+stored: the admin session keeps an HMAC fingerprint, so removing a token ends its sessions,
+and a session id that must be live on the server (``web.sessions``), so logging out ends it
+for every copy of the cookie.
 Missing or wrong credentials give 401; a valid credential without the scope gives 403.
 Anything a browser session (cookie) changes must also carry a CSRF token.
 """
@@ -16,11 +18,11 @@ import hmac
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypeVar
 
-from flask import current_app, request, session
+from flask import current_app, g, request, session
 from pydantic import SecretStr
 
 from think_jobs.settings import Settings
-from web import csrf
+from web import csrf, sessions
 from web.errors import ApiError
 from web.extension import Scope, current_extension
 
@@ -137,7 +139,7 @@ def _fingerprint(token: str) -> str:
 
 def _session_scopes(settings: Settings) -> frozenset[Scope]:
     stored = session.get(SESSION_KEY)
-    if not isinstance(stored, dict) or not isinstance(stored.get("fp"), str):
+    if not isinstance(stored, dict) or not _is_live(stored):
         return frozenset()
     fingerprint = stored["fp"].encode()
     full = [_fingerprint(t.get_secret_value()).encode() for t in settings.api_tokens]
@@ -149,17 +151,36 @@ def _session_scopes(settings: Settings) -> frozenset[Scope]:
     return frozenset()
 
 
+def _is_live(stored: dict[str, Any]) -> bool:
+    """The cookie's session id is live on the server, for the same fingerprint (asked once
+    per request)."""
+    fingerprint, session_id = stored.get("fp"), stored.get("sid")
+    if not (isinstance(fingerprint, str) and isinstance(session_id, str)):
+        return False
+    if "think_jobs_live_session" not in g:
+        g.think_jobs_live_session = sessions.live_fingerprint(current_extension().jobs, session_id)
+    live = g.think_jobs_live_session
+    return isinstance(live, str) and hmac.compare_digest(live.encode(), fingerprint.encode())
+
+
 def log_in(token: str) -> frozenset[Scope]:
     """Start an admin session for ``token``; returns its scopes (empty: refused)."""
     scopes = token_scopes(current_extension().jobs.settings, token)
     if scopes:
-        session[SESSION_KEY] = {"fp": _fingerprint(token)}
+        fingerprint = _fingerprint(token)
+        session_id = sessions.start(current_extension().jobs, fingerprint)
+        session[SESSION_KEY] = {"fp": fingerprint, "sid": session_id}
+        g.pop("think_jobs_live_session", None)
         csrf.rotate()
     return scopes
 
 
 def log_out() -> None:
-    session.pop(SESSION_KEY, None)
+    """End the session on the server too: a copy of the cookie no longer works."""
+    stored = session.pop(SESSION_KEY, None)
+    if isinstance(stored, dict) and isinstance(stored.get("sid"), str):
+        sessions.end(current_extension().jobs, stored["sid"])
+    g.pop("think_jobs_live_session", None)
     csrf.rotate()
 
 

@@ -4,6 +4,7 @@ Core errors map to status codes here, at the boundary, and nowhere else:
 
 ==============================  ====  ========================
 UnknownCursorError              404   unknown_cursor
+StoredMessageError              409   unreadable_message (details: message_id, position)
 InvalidInputError (and kids)    400   invalid_input, ...
 AgentNotRegisteredError         404   agent_not_registered
 SubmissionConflictError         409   submission_conflict
@@ -31,6 +32,7 @@ from think_jobs.errors import (
     InvalidInputError,
     MessageValidationError,
     StorageUnavailableError,
+    StoredMessageError,
     SubmissionConflictError,
     ThinkJobsError,
     UnknownCursorError,
@@ -95,6 +97,8 @@ def from_exception(error: Exception) -> ApiError:
         found = ApiError(code, error.description or error.name, type=HTTP_TYPES.get(code))
         found.headers = {k: v for k, v in error.get_headers() if k.lower() == "allow"}
         return found
+    if isinstance(error, StoredMessageError):
+        return unreadable_message(error)
     for kind, status, name in _CORE:
         if isinstance(error, kind):
             return ApiError(status, str(error), type=name)
@@ -107,6 +111,16 @@ def from_exception(error: Exception) -> ApiError:
     else:
         log.error("unexpected error in a web request", exc_info=error)
     return ApiError(500, "internal server error", type="internal_error")
+
+
+def unreadable_message(
+    error: StoredMessageError, agent_type: str = "TYPE", agent_name: str = "NAME"
+) -> ApiError:
+    """A stored message that does not read back: the operator's to fix, not the client's, and
+    not a crash either, so 409 with the message id and the repair command."""
+    details = {"message_id": error.message_id, "position": error.position, "reason": error.reason}
+    message = error.describe(agent_type, agent_name)
+    return ApiError(409, message, type="unreadable_message", details=details)
 
 
 def error_response(error: ApiError) -> Response:

@@ -17,10 +17,19 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic.json_schema import models_json_schema
 from werkzeug.routing import Rule
 
+from think_jobs.limits import MAX_ID_CHARS, Limits
+from think_jobs.validation import ID_MAX_CHARS, KEY_PATTERN
 from web import auth, security
 from web.errors import ApiError, register_json_errors
 from web.extension import current_extension
-from web.schemas import SCHEMA_MODELS, AgentName, ErrorBody, Identifier
+from web.schemas import (
+    EVENT_ID_PATTERN,
+    SCHEMA_MODELS,
+    WEBHOOK_TIMESTAMP_PATTERN,
+    AgentName,
+    ErrorBody,
+    Identifier,
+)
 
 OPERATION_ATTRIBUTE = "think_jobs_operation"
 REF = "#/components/schemas/{model}"
@@ -42,14 +51,20 @@ _ERRORS_BY_SCOPE = {
     auth.READ: (400, 401, 403, 404, 503),
     auth.WRITE: (400, 401, 403, 404, 503),
 }
-_SECURITY_SCHEMES = {
-    "bearerAuth": {"type": "http", "scheme": "bearer", "description": "API or read token"},
-    "webhookSignature": {
-        "type": "apiKey",
-        "in": "header",
-        "name": "X-Signature-256",
-        "description": "sha256=<hex HMAC-SHA256 of the raw body with the webhook secret>",
-    },
+_BEARER = {"type": "http", "scheme": "bearer", "description": "API or read token"}
+_SIGNATURES = {
+    "github": ("X-Signature-256", "sha256=<hex HMAC-SHA256 of the raw body with the secret>"),
+    "standard": (
+        "webhook-signature",
+        "Standard Webhooks: space-separated v1,<base64 HMAC-SHA256 of "
+        "'<webhook-id>.<webhook-timestamp>.<raw body>'>",
+    ),
+}
+# Header values as the server checks them: keys follow the core's rule, seqs are digits.
+_KEY_HEADER = {"type": "string", "minLength": 1, "maxLength": ID_MAX_CHARS, "pattern": KEY_PATTERN}
+_HEADER_SCHEMAS: Mapping[str, dict[str, Any]] = {
+    "last-event-id": {"type": "string", "pattern": EVENT_ID_PATTERN},
+    "webhook-timestamp": {"type": "string", "pattern": WEBHOOK_TIMESTAMP_PATTERN},
 }
 _PATH_PARAMS: Mapping[str, type[Any]] = {
     "agent_name": AgentName,
@@ -67,6 +82,12 @@ class Operation:
     query: type[BaseModel] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     description: str = ""
+    dynamic_headers: Callable[[], Mapping[str, str]] | None = None  # read at document time
+
+    def all_headers(self) -> Mapping[str, str]:
+        """The documented request headers: name -> description."""
+        dynamic = self.dynamic_headers() if self.dynamic_headers is not None else {}
+        return {**self.headers, **dynamic}
 
     def __call__(self, view: View) -> View:
         """Used as a decorator: attach this description to the view."""
@@ -121,7 +142,7 @@ def build_document(app: Flask) -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "think-jobs", "version": "1"},
         "paths": paths,
-        "components": {"schemas": schemas.definitions, "securitySchemes": _SECURITY_SCHEMES},
+        "components": {"schemas": schemas.definitions, "securitySchemes": _security_schemes()},
     }
 
 
@@ -136,7 +157,7 @@ class _Schemas:
     def _add(self, models: tuple[type[BaseModel], ...]) -> None:
         keymap, found = models_json_schema([(m, "validation") for m in models], ref_template=REF)
         for name, definition in found.get("$defs", {}).items():
-            self.definitions[name] = _tag_required(definition)
+            self.definitions[name] = _with_limits(name, _tag_required(definition))
         for (model, _mode), ref in keymap.items():
             self.refs[cast(type[BaseModel], model)] = ref
 
@@ -162,6 +183,40 @@ def _tag_required(schema: dict[str, Any]) -> dict[str, Any]:
     return {**schema, "properties": properties, "required": required}
 
 
+# The input limits the core applies (think_jobs.limits) that a JSON Schema can state, so
+# the document and the server agree: the models themselves stay lenient, to read back rows
+# stored before the limits existed.
+_LABELS = ("toolCallId", "toolName", "sourceId", "mediaType", "type")
+_NO_CONTROL = r"^[^\x00-\x1f\x7f]*$"
+
+
+def _with_limits(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    properties = dict(schema.get("properties", {}))
+    limits = Limits.of(current_extension().jobs.settings)
+    for label in _LABELS:
+        if label in properties:
+            properties[label] = _string_limits(properties[label], maxLength=MAX_ID_CHARS)
+    if name == "UIMessage":
+        id_limits = {"maxLength": MAX_ID_CHARS, "pattern": _NO_CONTROL}
+        properties["id"] = _string_limits(properties["id"], **id_limits)
+        properties["parts"] = {**properties["parts"], "maxItems": limits.parts_per_message}
+    elif "id" in properties:  # a part's own id
+        properties["id"] = _string_limits(properties["id"], maxLength=MAX_ID_CHARS)
+    if name == "SubmitBody":
+        most = limits.messages_per_submission
+        properties["messages"] = {**properties["messages"], "maxItems": most}
+    return {**schema, "properties": properties} if properties else schema
+
+
+def _string_limits(schema: dict[str, Any], **limits: Any) -> dict[str, Any]:
+    """``limits`` added to a string schema, or to the string option of an ``anyOf``."""
+    if schema.get("type") == "string":
+        return {**schema, **limits}
+    if "anyOf" in schema:
+        return {**schema, "anyOf": [_string_limits(option, **limits) for option in schema["anyOf"]]}
+    return schema
+
+
 def _openapi_path(rule: Rule) -> str:
     return re.sub(r"<(?:[a-z]+:)?([a-z_]+)>", r"{\1}", rule.rule)
 
@@ -185,6 +240,17 @@ def _operation(note: Operation, rule: Rule, scope: str, schemas: _Schemas) -> di
     return found
 
 
+def _security_schemes() -> dict[str, Any]:
+    name, description = _SIGNATURES[current_extension().jobs.settings.webhook_scheme]
+    signature = {"type": "apiKey", "in": "header", "name": name, "description": description}
+    return {"bearerAuth": _BEARER, "webhookSignature": signature}
+
+
+def header_schema(name: str) -> dict[str, Any]:
+    """The schema of a request header's value, as the server checks it."""
+    return dict(_HEADER_SCHEMAS.get(name.lower(), _KEY_HEADER))
+
+
 def _security(scope: str) -> list[dict[str, list[str]]]:
     if scope in (auth.READ, auth.WRITE):
         return [{"bearerAuth": []}]
@@ -195,9 +261,9 @@ def _security(scope: str) -> list[dict[str, list[str]]]:
 
 def _parameters(note: Operation, rule: Rule, schemas: _Schemas) -> list[dict[str, Any]]:
     found = [_path_parameter(name) for name in sorted(rule.arguments)]
-    for name, description in note.headers.items():
-        header = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^[!-~]+$"}
-        found.append({"name": name, "in": "header", "description": description, "schema": header})
+    for name, description in note.all_headers().items():
+        schema = header_schema(name)
+        found.append({"name": name, "in": "header", "description": description, "schema": schema})
     if note.query is not None:
         properties, required = schemas.properties(note.query)
         for name, schema in properties.items():

@@ -11,11 +11,12 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from think_jobs import Think
 from web.errors import ApiError, from_validation
 from web.extension import current_extension
-from web.schemas import AgentName, Identifier
+from web.schemas import AgentName, Identifier, Key
 
 Model = TypeVar("Model", bound=BaseModel)
 _NAME = TypeAdapter(AgentName)
 _ID = TypeAdapter(Identifier)
+_KEY = TypeAdapter(Key)
 _LIST_FIELDS = ("status",)
 
 
@@ -29,17 +30,30 @@ def agent(agent_type: str, agent_name: str) -> Think:
 
 
 def identifier(value: str, where: str) -> str:
-    """A submission id, request id or key (no control characters, ≤ 255 chars)."""
+    """A submission id, request id or key: printable ASCII without ``/``, not ``.`` or
+    ``..``, at most 255 characters (the core's rule); 400 naming ``where`` otherwise."""
     try:
         return _ID.validate_python(value)
     except ValidationError as error:
         raise from_validation(error, where=where) from None
 
 
+def key(value: str, where: str) -> str:
+    """An idempotency key or delivery id (a header): the id rule without spaces."""
+    try:
+        return _KEY.validate_python(value)
+    except ValidationError as error:
+        raise from_validation(error, where=where) from None
+
+
 def json_body(model: type[Model], *, optional: bool = False) -> Model:
-    """The request body as ``model``: 415 when it is not JSON, 400 when it does not fit."""
+    """The request body as ``model``: 415 when it is not JSON, 400 when it does not fit.
+
+    ``optional``: no body at all (zero bytes) means ``model()``; anything else, whitespace
+    included, must be a JSON document.
+    """
     raw = request.get_data(cache=True)
-    if not raw.strip() and optional:
+    if not raw and optional:
         return model()
     if request.mimetype != "application/json":
         raise ApiError(415, "send the body as JSON (Content-Type: application/json)")

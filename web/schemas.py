@@ -22,21 +22,37 @@ from pydantic import (
 
 from think_jobs.messages import UIMessage
 from think_jobs.results import SubmissionInspection, SubmissionStatus, SubmitMessagesResult
+from think_jobs.validation import (
+    AGENT_NAME_MAX_CHARS,
+    ID_MAX_CHARS,
+    IDENTIFIER_PATTERN,
+    KEY_PATTERN,
+)
 
-# PostgreSQL text cannot hold NUL, and ids travel in URLs: refuse them at the edge.
+# Ids travel in URLs: the core's rule (printable ASCII without "/", not "." or ".."), so every
+# id the API accepts can be inspected, cancelled and deleted at its Location. Keys travel in
+# headers too: the same without spaces.
 Identifier = Annotated[
-    str, StringConstraints(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]+$")
+    str,
+    StringConstraints(min_length=1, max_length=ID_MAX_CHARS, pattern=IDENTIFIER_PATTERN),
 ]
+Key = Annotated[str, StringConstraints(min_length=1, max_length=ID_MAX_CHARS, pattern=KEY_PATTERN)]
 AgentName = Annotated[
-    str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f/]+$")
+    str,
+    StringConstraints(min_length=1, max_length=AGENT_NAME_MAX_CHARS, pattern=IDENTIFIER_PATTERN),
 ]
+# A stream position (``Last-Event-ID``, ``after_seq``): ASCII digits only, at most 18 of them
+# (every seq fits in 64 bits; ``int()`` alone takes "²" and chokes on 5,000 digits).
+SEQ_DIGITS = 18
+EVENT_ID_PATTERN = rf"^[0-9]{{1,{SEQ_DIGITS}}}$"
+WEBHOOK_TIMESTAMP_PATTERN = r"^[0-9]{1,12}$"  # Standard Webhooks: Unix seconds
 Reason = Annotated[str, StringConstraints(max_length=2000, pattern=r"^[^\x00]*$")]
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
 
 def _rfc3339_text(value: Any) -> Any:
     """Only date-time text: pydantic alone would read ``0`` or ``1700000000`` as Unix time."""
-    if not isinstance(value, str) or not _RFC3339.match(value):
+    if not isinstance(value, str) or not _RFC3339.fullmatch(value):
         raise ValueError("expected an RFC 3339 date-time with an offset, e.g. 2026-11-30T12:00:00Z")
     return value
 
@@ -44,13 +60,14 @@ def _rfc3339_text(value: Any) -> Any:
 Timestamp = Annotated[AwareDatetime, BeforeValidator(_rfc3339_text)]
 
 
-_INTEGER = re.compile(r"^-?[0-9]+$")
+_INTEGER = re.compile(rf"^-?[0-9]{{1,{SEQ_DIGITS}}}$")
 
 
 def _integer_text(value: Any) -> Any:
-    """Only digits (and a minus): pydantic alone would take " 1", "+1" or "1_000"."""
-    if isinstance(value, str) and not _INTEGER.match(value):
-        raise ValueError("expected a whole number, e.g. 10")
+    """Only ASCII digits (and a minus), at most 18: pydantic alone would take " 1", "+1" or
+    "1_000", and Python's int() takes "²" and fails on thousands of digits."""
+    if isinstance(value, str) and not _INTEGER.fullmatch(value):
+        raise ValueError(f"expected a whole number of at most {SEQ_DIGITS} digits, e.g. 10")
     return value
 
 
@@ -82,7 +99,7 @@ class SubmitBody(StrictModel):
 
     messages: WireMessages = Field(json_schema_extra={"minItems": 1})
     submission_id: Identifier | None = None
-    idempotency_key: Identifier | None = Field(
+    idempotency_key: Key | None = Field(
         None, description="Also accepted as the Idempotency-Key header."
     )
     metadata: dict[str, Any] | None = None

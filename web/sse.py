@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
@@ -26,9 +27,12 @@ from flask import Response
 
 from think_jobs.errors import StorageUnavailableError
 from think_jobs.results import TERMINAL_STATUSES, StreamEvent
+from web.errors import ApiError
 from web.extension import StreamLimits
+from web.schemas import EVENT_ID_PATTERN, SEQ_DIGITS
 
 log = logging.getLogger(__name__)
+_EVENT_ID = re.compile(EVENT_ID_PATTERN)
 DONE = "data: [DONE]\n\n"
 PING = ": ping\n\n"
 HEADERS = {
@@ -65,10 +69,18 @@ def format_event(event: StreamEvent) -> str:
 
 
 def parse_event_id(value: str | None) -> int | None:
-    """``Last-Event-ID`` as a seq; anything else is ignored (the stream restarts)."""
-    if value is None or not value.strip().isdigit():
+    """``Last-Event-ID`` as a seq (None: no header). Our event ids are seqs, so anything but
+    1 to 18 ASCII digits is a 400: ``str.isdigit`` takes "²", which ``int`` refuses, and
+    ``int`` of thousands of digits fails."""
+    if value is None:
         return None
-    return int(value.strip())
+    if not _EVENT_ID.fullmatch(value):
+        raise ApiError(
+            400,
+            f"Last-Event-ID must be a seq: 1 to {SEQ_DIGITS} ASCII digits",
+            type="validation_error",
+        )
+    return int(value)
 
 
 class _Reader:

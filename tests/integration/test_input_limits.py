@@ -1,0 +1,282 @@
+"""Issue 15 through the Python API, on both databases with a real worker: one set of limits at
+the edge every entry shares, whatever is accepted reads back (the conversation, the model's
+request, the stream, the API), whatever is refused writes nothing, and a stored message that no
+longer reads back is named, removable and repairable instead of bricking the agent."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from tests.acceptance.test_cli import think_jobs
+from tests.apps.agents import Recorder
+from tests.support.builders import user, wait_for_status
+from tests.web.support import FULL, FULL_TOKEN, SECRET_KEY
+from think_jobs import Think, ThinkJobs
+from think_jobs.context import utcnow
+from think_jobs.db import conversation as conversation_ops
+from think_jobs.errors import InvalidInputError, MessageValidationError, StoredMessageError
+from think_jobs.messages import coerce_message
+from think_jobs.models.base import ModelRequest
+from think_jobs.repair import remove_message, repair_message, unreadable_messages
+from think_jobs.testing import worker
+from web import create_app
+
+
+def nested(levels: int, leaf: Any = 1) -> Any:
+    value = leaf
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def deep_message(levels: int, message_id: str = "m-deep") -> dict[str, Any]:
+    parts = [{"type": "text", "text": "keep me"}, {"type": "data-x", "data": nested(levels)}]
+    return {"id": message_id, "role": "user", "parts": parts}
+
+
+def nothing_written(jobs: ThinkJobs, agent: Think) -> bool:
+    """Not even the agent's row: validation ran before anything touched the database."""
+    return jobs.agent_id_of(agent, create=False) is None
+
+
+# -- case 1 and 2 through Python, and the shared id rule ----------------------------------------
+
+
+def test_case_1_deep_data_is_refused_by_submit_messages_and_nothing_is_written(
+    jobs: ThinkJobs,
+) -> None:
+    agent = jobs.get_agent(Recorder, "a")
+    with pytest.raises(MessageValidationError) as caught:
+        agent.submit_messages([deep_message(250)])
+    assert str(caught.value).startswith(
+        "messages[0].parts[1].data: nested 250 levels deep; the limit is 64"
+    )
+    with pytest.raises(MessageValidationError, match=r"^metadata: nested 256 levels deep"):
+        agent.submit_messages([user("hi")], metadata={"a": nested(255)})
+    assert nothing_written(jobs, agent)
+
+
+def test_blocking_calls_share_the_message_limits(jobs: ThinkJobs) -> None:
+    agent = jobs.get_agent(Recorder, "a")
+    with pytest.raises(MessageValidationError, match="nested 300 levels deep"):
+        agent.save_messages([deep_message(300)])
+    assert nothing_written(jobs, agent)
+
+
+def test_the_limits_are_settings(make_jobs: Callable[..., ThinkJobs]) -> None:
+    jobs = make_jobs(max_json_depth=3, max_parts_per_message=2, max_messages_per_submission=2)
+    agent = jobs.get_agent(Recorder, "a")
+    for messages, fragment in [
+        ([deep_message(4)], "nested 4 levels deep; the limit is 3"),
+        ([{**user("x"), "parts": [{"type": "step-start"}] * 3}], "3 parts; the limit is 2"),
+        ([user("1"), user("2"), user("3")], "3 messages, at most 2 messages per submission"),
+    ]:
+        with pytest.raises(MessageValidationError, match=fragment):
+            agent.submit_messages(messages)
+    assert nothing_written(jobs, agent)
+    assert agent.submit_messages([deep_message(3)]).accepted
+
+
+@pytest.mark.parametrize("name", [".", "..", "a/b", " a", "caf\u00e9", ""])
+def test_case_6_agent_names_a_url_cannot_carry_are_refused(jobs: ThinkJobs, name: str) -> None:
+    with pytest.raises(InvalidInputError, match="agent name"):
+        jobs.get_agent(Recorder, name)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        *[("submission_id", value) for value in (".", "..", "x/y", "\u00d7\u00f8", "trailing ")],
+        *[("idempotency_key", value) for value in (".", "..", "x/y", "\u00d7\u00f8", "two words")],
+    ],
+)
+def test_case_6_ids_a_url_cannot_carry_are_refused(jobs: ThinkJobs, field: str, value: str) -> None:
+    agent = jobs.get_agent(Recorder, "a")
+    with pytest.raises(InvalidInputError, match=field):
+        agent.submit_messages([user("hi")], **{field: value})
+    assert nothing_written(jobs, agent)
+
+
+# -- defence in depth: a stored message that no longer reads back -------------------------------
+
+
+def store_directly(jobs: ThinkJobs, agent: Think, *messages: dict[str, Any]) -> None:
+    """Rows as an older version (before the limits) or a manual edit could have left them."""
+    agent_id = jobs.agent_id_of(agent, create=True)
+    assert agent_id is not None
+    with jobs.db.write() as conn:
+        conversation_ops.append_messages(conn, agent_id, list(messages), turn_id=None, now=utcnow())
+
+
+def test_an_unreadable_message_is_named_and_can_be_repaired(jobs: ThinkJobs) -> None:
+    agent = jobs.get_agent(Recorder, "a")
+    deep = deep_message(250, "old-1")
+    deep["metadata"] = {"m": nested(250)}
+    store_directly(jobs, agent, user("before", "m-0"), deep, user("after", "m-2"))
+    with pytest.raises(StoredMessageError) as caught:
+        agent.get_messages()
+    assert (caught.value.message_id, caught.value.position) == ("old-1", 1)
+    [found] = unreadable_messages(agent)
+    assert (found.message_id, found.position) == ("old-1", 1)
+    repaired = repair_message(agent, "old-1")
+    assert repaired.kept_parts == 1
+    assert [what.split(":")[0] for what in repaired.dropped] == ["parts[1].data", "metadata"]
+    messages = agent.get_messages()
+    assert [m.id for m in messages] == ["m-0", "old-1", "m-2"]
+    assert messages[1].to_wire() == {
+        "id": "old-1",
+        "role": "user",
+        "parts": [{"type": "text", "text": "keep me"}],
+    }
+    assert unreadable_messages(agent) == []
+    assert repair_message(agent, "old-1").dropped == ()
+
+
+def test_an_unreadable_message_can_be_removed_and_the_next_turn_runs(jobs: ThinkJobs) -> None:
+    agent = jobs.get_agent(Recorder, "a")
+    store_directly(jobs, agent, deep_message(900, "old-1"))
+    with pytest.raises(StoredMessageError):
+        agent.get_messages()
+    assert remove_message(agent, "old-1") is True
+    assert remove_message(agent, "old-1") is False
+    assert agent.get_messages() == []
+    submitted = agent.submit_messages([user('{"text": "fine again"}')])
+    with worker(jobs):
+        wait_for_status(agent, submitted.submission_id, "completed")
+    assert [m.role for m in agent.get_messages()] == ["user", "assistant"]
+
+
+def test_the_operator_commands_check_repair_and_remove(
+    jobs: ThinkJobs, settings_env: dict[str, str]
+) -> None:
+    agent = jobs.get_agent(Recorder, "a")
+    store_directly(jobs, agent, deep_message(250, "old-1"), deep_message(300, "old-2"))
+
+    def run(command: str, *args: str) -> subprocess.CompletedProcess[str]:
+        app = ("--app", "tests.apps.agents:jobs")
+        return think_jobs("messages", command, *app, "Recorder", "a", *args, env=settings_env)
+
+    checked = run("check")
+    assert checked.returncode == 1, checked.stderr
+    assert "old-1\tposition 0" in checked.stdout and "old-2\tposition 1" in checked.stdout
+    repaired = run("repair", "old-1")
+    assert repaired.returncode == 0, repaired.stderr
+    assert "dropped parts[1].data: nested 250 levels deep" in repaired.stdout
+    removed = run("remove", "old-2")
+    assert removed.returncode == 0 and "removed message old-2" in removed.stdout
+    missing = run("remove", "old-2")
+    assert missing.returncode == 1 and "has no stored message 'old-2'" in missing.stderr
+    assert run("check").stdout.strip() == "every stored message reads back"
+    assert [m.id for m in agent.get_messages()] == ["old-1"]
+
+
+# -- the property: accepted reads back everywhere, refused writes nothing -----------------------
+
+
+class Mirror(Think):
+    """Streams back what its model was asked: the conversation as the model request saw it."""
+
+    def get_model(self) -> Any:
+        return MirrorModel()
+
+
+class MirrorModel:
+    def stream(self, request: ModelRequest) -> Iterator[dict[str, Any]]:
+        wires = [message.to_wire() for message in request.messages]
+        yield {"type": "data-mirror", "data": {"messages": wires}}
+
+
+LEAVES = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats()
+    | st.text(max_size=8)
+    | st.builds(
+        lambda text, code: text + chr(code), st.text(max_size=3), st.integers(0xD800, 0xDFFF)
+    )
+)
+JSON_VALUES = st.recursive(
+    LEAVES,
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@st.composite
+def deep_values(draw: st.DrawFn) -> Any:
+    """A JSON value wrapped in 0 to 80 arrays: on both sides of the depth limit (64)."""
+    return nested(draw(st.integers(min_value=0, max_value=80)), draw(JSON_VALUES))
+
+
+MESSAGES = st.builds(
+    lambda text, data, metadata, identity: {
+        "id": identity,
+        "role": "user",
+        "parts": [{"type": "text", "text": text}, {"type": "data-x", "data": data}],
+        **({} if metadata is None else {"metadata": metadata}),
+    },
+    st.text(max_size=20),
+    deep_values(),
+    st.none() | st.dictionaries(st.text(max_size=4), deep_values(), max_size=2),
+    st.text(min_size=1, max_size=12) | st.just("m" * 256),
+)
+
+
+def mirrored(agent: Think, request_id: str) -> Any:
+    for found in agent.stream(request_id, timeout_s=60):
+        if found.chunk is not None and found.chunk.get("type") == "data-mirror":
+            return found.chunk["data"]["messages"]
+    raise AssertionError("no data-mirror chunk in the stream")
+
+
+def test_accepted_input_round_trips_everywhere_and_refused_input_writes_nothing(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    jobs = make_jobs(api_tokens=FULL_TOKEN, secret_key=SECRET_KEY)
+    jobs.register(Mirror)
+    client = create_app(jobs, {"TESTING": True}).test_client()
+
+    @given(
+        message=MESSAGES,
+        metadata=st.none() | st.dictionaries(st.text(max_size=4), deep_values(), max_size=2),
+    )
+    @settings(
+        max_examples=40,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    def exchange(message: dict[str, Any], metadata: dict[str, Any] | None) -> None:
+        agent = jobs.get_agent(Mirror, f"fuzz-{uuid.uuid4().hex[:12]}")
+        try:
+            result = agent.submit_messages([message], metadata=metadata)
+        except InvalidInputError:  # MessageValidationError included
+            event("refused")
+            assert nothing_written(jobs, agent)
+            return
+        event("accepted")
+        expected = coerce_message(message).to_wire()
+        wait_for_status(agent, result.submission_id, "completed")
+        assert mirrored(agent, result.submission_id) == [expected]
+        stored = [m.to_wire() for m in agent.get_messages()]
+        assert stored[0] == expected and stored[1]["parts"][-1]["data"]["messages"] == [expected]
+        inspected = agent.inspect_submission(result.submission_id)
+        assert inspected is not None and inspected.metadata == json.loads(json.dumps(metadata))
+        base = f"/api/agents/Mirror/{agent.name}"
+        assert client.get(f"{base}/messages", headers=FULL).json == {"messages": stored}
+        api = client.get(f"{base}/submissions/{result.submission_id}", headers=FULL)
+        assert api.status_code == 200 and api.json["metadata"] == inspected.metadata
+
+    with worker(jobs):
+        exchange()
