@@ -240,9 +240,13 @@ def test_inspect_and_404(client: FlaskClient) -> None:
     created = submit(client, submission_id="s-1")
     found = client.get(agent_url(rest="/submissions/s-1"), headers=FULL)
     assert found.status_code == 200
-    assert {k: v for k, v in found.json.items() if k != "accepted"} == {  # type: ignore[union-attr]
-        k: v for k, v in created.items() if k != "accepted"
+    later = {"accepted", "waiting_reason"}  # inspecting a pending one says why it waits
+    assert {k: v for k, v in found.json.items() if k not in later} == {  # type: ignore[union-attr]
+        k: v for k, v in created.items() if k not in later
     }
+    assert found.json["waiting_reason"].startswith(  # type: ignore[index]
+        "no live worker serves agent type Recorder"
+    )
     missing = client.get(agent_url(rest="/submissions/nope"), headers=FULL)
     assert missing.status_code == 404 and error_of(missing)["type"] == "not_found"
     other_agent = client.get(agent_url(name="b", rest="/submissions/s-1"), headers=FULL)
