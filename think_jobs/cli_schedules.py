@@ -70,9 +70,8 @@ def run_schedule(
     agent_type: str, name: str, task_id: str, app_spec: str | None, at: str | None
 ) -> None:
     """Fire TASK_ID of the agent NAME of AGENT_TYPE now; prints the submission id."""
-    from think_jobs.errors import ThinkJobsError
-
     from think_jobs.cli import load_app_with_agents  # here: think_jobs.cli imports this module
+    from think_jobs.errors import ThinkJobsError
 
     scheduled_for = _occurrence(at)
     jobs = load_app_with_agents(app_spec)
