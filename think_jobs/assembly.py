@@ -181,7 +181,7 @@ class MessageAssembler:
     def _on_text_start(self, chunk: TextStartChunk) -> None:
         part = TextPart(text="", state="streaming", provider_metadata=chunk.provider_metadata)
         self._parts.append(part)
-        self._texts[chunk.id] = _OpenBlock(part)
+        self._open(self._texts, chunk.id, part)
 
     def _on_text_delta(self, chunk: TextDeltaChunk) -> None:
         self._append_delta(self._texts, chunk.id, chunk.delta, chunk, "text")
@@ -192,7 +192,7 @@ class MessageAssembler:
     def _on_reasoning_start(self, chunk: ReasoningStartChunk) -> None:
         part = ReasoningPart(text="", state="streaming", provider_metadata=chunk.provider_metadata)
         self._parts.append(part)
-        self._reasonings[chunk.id] = _OpenBlock(part)
+        self._open(self._reasonings, chunk.id, part)
 
     def _on_reasoning_delta(self, chunk: ReasoningDeltaChunk) -> None:
         self._append_delta(self._reasonings, chunk.id, chunk.delta, chunk, "reasoning")
@@ -316,6 +316,15 @@ class MessageAssembler:
     def _merge_metadata(self, update: Mapping[str, Any] | None) -> None:
         if update is not None:
             self._metadata = merge_metadata(self._metadata, update)
+
+    @staticmethod
+    def _open(blocks: dict[str, _OpenBlock], block_id: str, part: TextPart | ReasoningPart) -> None:
+        """A block id reused (a continuation after an interrupted attempt) starts a new part;
+        the old one keeps the text it received, as in the AI SDK's client."""
+        previous = blocks.get(block_id)
+        if previous is not None:
+            previous.flush()
+        blocks[block_id] = _OpenBlock(part)
 
     def _append_delta(
         self,
