@@ -23,6 +23,7 @@ from think_jobs.errors import (
     ThinkJobsError,
     TurnFailedError,
     UnknownCursorError,
+    UnknownRequestError,
 )
 from think_jobs.messages import UIMessage
 from think_jobs.models.base import Model, ModelRequest
@@ -74,5 +75,6 @@ __all__ = [
     "TurnFailedError",
     "UIMessage",
     "UnknownCursorError",
+    "UnknownRequestError",
     "tool",
 ]

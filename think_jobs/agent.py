@@ -14,10 +14,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
-from think_jobs import blocking, cancellation, schedules, submissions
+from think_jobs import blocking, cancellation, schedules, submissions, validation
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db.turns import TurnRecord
+from think_jobs.errors import UnknownRequestError
 from think_jobs.execution import INTERRUPTED, CallerTurn, MessagesFunction, TurnResult
+from think_jobs.limits import Limits
 from think_jobs.messages import UIMessage, coerce_messages, stored_messages, user_text_message
 from think_jobs.models.base import Model
 from think_jobs.results import (
@@ -30,7 +32,7 @@ from think_jobs.results import (
 )
 from think_jobs.scheduled_task import ScheduledTask
 from think_jobs.signals import SignalLike
-from think_jobs.streaming import broker_errors_mapped, follow, follow_agent
+from think_jobs.streaming import StreamRef, broker_errors_mapped, follow, follow_agent
 from think_jobs.tools import Tool
 
 if TYPE_CHECKING:
@@ -214,16 +216,18 @@ class Think:
         continuation: bool = False,
     ) -> TurnResult:
         function = messages if callable(messages) else None
+        limits = Limits.of(self.jobs.settings)  # the same edge as submit_messages
         static = None
         if function is None:
-            static = [m.to_wire() for m in coerce_messages(cast(Sequence[MessageInput], messages))]
+            given = cast(Sequence[MessageInput], messages)
+            static = [m.to_wire() for m in coerce_messages(given, limits=limits)]
         request = blocking.BlockingRequest(
             trigger=trigger,
             payload=function,
             static_messages=static,
-            body=dict(body) if body is not None else None,
+            body=validation.body_object(body, limits=limits),
             continuation=continuation,
-            metadata=dict(metadata) if metadata is not None else None,
+            metadata=validation.json_object(metadata, "metadata", limits=limits),
             caller=CallerTurn(payload=function, signal=signal, callback=callback),
         )
         return blocking.run_blocking(self, request)
@@ -259,26 +263,43 @@ class Think:
             return stored_messages(conversation_ops.load_messages_json(conn, agent_id))
 
     def stream(
-        self, request_id: str, after_seq: int | None = None, timeout_s: float | None = None
+        self,
+        request_id: str,
+        after_seq: int | None = None,
+        timeout_s: float | None = None,
+        *,
+        live: bool = True,
     ) -> Iterator[StreamEvent]:
-        """A request's events: replayed from the buffer, then live, until ``done``.
+        """A request's events: replayed from the buffer, then live, until ``done``. A finished
+        turn whose buffer is gone (expired, Redis restarted empty) is replayed from its stored
+        reply. ``live=False`` gives what the stream holds now and stops.
 
-        Raises TimeoutError after ``timeout_s``, BrokerUnavailableError if Redis fails.
+        Raises UnknownRequestError when the agent has no turn with this request id,
+        TimeoutError after ``timeout_s``, BrokerUnavailableError if Redis fails.
         """
-        events = follow(
-            self.jobs.redis,
-            self.jobs.keys,
-            self.address,
-            request_id,
-            after_seq=after_seq,
-            timeout_s=timeout_s,
+        turn = submissions.find_turn(self, request_id)
+        if turn is None:
+            raise UnknownRequestError(f"no request {request_id!r} for agent {self.address}")
+        ref = StreamRef(self.address, request_id, turn.id)
+        events = broker_errors_mapped(
+            lambda: follow(
+                self.jobs.redis,
+                self.jobs.keys,
+                ref,
+                after_seq=after_seq,
+                timeout_s=timeout_s,
+                stored=lambda: submissions.stored_end(self, ref.turn_id),
+                ttl_s=self.jobs.settings.stream_ttl_s,
+                live=live,
+            )
         )
-        return broker_errors_mapped(events)
+        return events
 
     def subscribe(self, timeout_s: float | None = None) -> Iterator[StreamEvent]:
         """Every event of every request of this agent, live (for dashboards)."""
-        events = follow_agent(self.jobs.redis, self.jobs.keys, self.address, timeout_s=timeout_s)
-        return broker_errors_mapped(events)
+        return broker_errors_mapped(
+            lambda: follow_agent(self.jobs.redis, self.jobs.keys, self.address, timeout_s=timeout_s)
+        )
 
     def sub_agent(self, cls: type[AgentT], name: str) -> AgentT:
         """The child agent ``cls``/``name`` (the same class and name give the same agent)."""

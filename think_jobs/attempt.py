@@ -1,10 +1,12 @@
-"""One attempt of a claimed turn, from applying its messages to calling its hooks.
+"""One attempt of a claimed turn: from applying its messages to the model's last chunk, then
+its delivery (the stream's end and the hooks) once ``execution`` has written the outcome.
 
 Steps: apply the caller's messages (blocking turns) or pick up the partial of an earlier
-attempt (recovery); ``before_turn``; the model through ``TurnRunner``; persist the reply and
-the final status (conditional: never overwrites a status set meanwhile); close the stream;
-hooks in Think's order. An attempt that stalls is handed to recovery instead of finishing: its
-partial is stored, the turn goes back to ``pending`` and a worker continues it.
+attempt (recovery, from the stream this attempt took over); ``before_turn``; the model through
+``TurnRunner``. ``run()`` returns what happened as an ``Ending`` and writes nothing final:
+``execution`` owns the claim, the lease, the watch and the final write. Every write the
+attempt makes on the way (applied messages, a recovered partial) goes through the lease's
+fence, so a stale attempt's write changes nothing; it then ends ``Interrupted``.
 """
 
 from __future__ import annotations
@@ -21,17 +23,20 @@ from think_jobs import continuation, metrics, queueing, tracing
 from think_jobs.assembly import MessageAssembler
 from think_jobs.callbacks import call_optional
 from think_jobs.chunks import Chunk, is_content_chunk
-from think_jobs.context import TurnContext, utcnow
+from think_jobs.context import TurnContext
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
+from think_jobs.errors import StoredMessageError
+from think_jobs.lease import Lease, LeaseLost
+from think_jobs.limits import Limits
 from think_jobs.messages import UIMessage, coerce_messages, message_text, stored_messages
 from think_jobs.models.base import ModelRequest
 from think_jobs.results import ChatResponseResult, TurnStatus
 from think_jobs.runner import RunOutcome, TurnRunner
 from think_jobs.signals import SignalLike
-from think_jobs.streaming import StreamWriter, next_seq_of
-from think_jobs.watch import TurnWatch
+from think_jobs.streaming import StreamWriter
+from think_jobs.watch import StopKind, StopReason, TurnWatch
 
 if TYPE_CHECKING:
     from think_jobs.agent import Think
@@ -46,6 +51,7 @@ FRAMING = frozenset(
     {"start", "start-step", "finish-step", "finish", "text-start", "text-end"}
     | {"reasoning-start", "reasoning-end", "tool-input-start"}
 )
+LEASE_LOST = StopReason("lease_lost", "the agent's lease was lost")
 
 
 @dataclass
@@ -60,21 +66,60 @@ class CallerTurn:
 @dataclass(frozen=True)
 class TurnResult:
     request_id: str
-    status: str
+    status: str  # a final status, or INTERRUPTED
     error: str | None
     message: UIMessage | None
     callback_error: BaseException | None = None
+    interruption: StopKind | None = None  # why an INTERRUPTED attempt stopped
 
 
-class TurnRun:
+@dataclass(frozen=True)
+class Finished:
+    """The attempt ran to an end: write ``outcome`` as the turn's final status and reply."""
+
+    outcome: RunOutcome
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """The attempt stopped but the turn goes on: stalled (``partial`` is kept and the turn
+    handed to recovery) or its lease was lost (another attempt owns the turn; nothing of
+    this one may be written)."""
+
+    reason: StopReason
+    partial: RunOutcome | None = None
+
+
+Ending = Finished | Interrupted
+
+
+@dataclass(frozen=True)
+class Written:
+    """What the final write stored: the status the turn has now (this attempt's, or one set
+    meanwhile, such as ``aborted``) and whether this attempt set it."""
+
+    status: str
+    error: str | None
+    by_us: bool
+
+
+@dataclass(frozen=True)
+class Tools:
+    """What an attempt works with, owned by ``execution``."""
+
+    lease: Lease
+    watch: TurnWatch
+    writer: StreamWriter
+
+
+class Attempt:
     def __init__(
         self,
         jobs: ThinkJobs,
         agent: Think,
         claim: queueing.Claim,
         caller: CallerTurn | None,
-        *,
-        keep_lease: bool = False,
+        tools: Tools,
     ) -> None:
         self.jobs = jobs
         self.agent = agent
@@ -83,48 +128,23 @@ class TurnRun:
         self.caller = caller
         self.callback = caller.callback if caller is not None else None
         self.callback_error: BaseException | None = None
-        self.wrote_final = False
+        self.lease, self.watch, self.writer = tools.lease, tools.watch, tools.writer
         self.claimed_history = claim.history
-        # With no hook or callback to run inside the turn after the final write, that write
-        # also releases the lease: one transaction less per turn.
-        self.release_with_finish = caller is None and not keep_lease and not has_turn_hooks(agent)
-        self.released: queueing.Released | None = None
-        self.watch = TurnWatch(
-            jobs,
-            claim,
-            signal=caller.signal if caller else None,
-            stall_timeout_s=type(agent).stall_timeout_s,
-        )
         self.attempt_started = time.monotonic()
         self.first_chunk_seen = False
         self.chunks_published = metrics.CHUNKS_PUBLISHED.labels(agent.agent_type)
-        self.writer = StreamWriter(
-            jobs.thread_redis,
-            jobs.keys,
-            agent.address,
-            self.turn.request_id,
-            ttl_s=jobs.settings.stream_ttl_s,
-            start_seq=self._start_seq(),
-        )
-        self.watch.start()  # last: nothing above may leave a running watch behind
 
-    def _start_seq(self) -> int:
-        if self.turn.attempt <= 1:
-            return 0
-        try:
-            return next_seq_of(
-                self.jobs.redis, self.jobs.keys, self.agent.address, self.turn.request_id
-            )
-        except Exception:  # Redis down: the stream will show a gap, the turn goes on
-            return 0
+    # -- running -------------------------------------------------------------------------------
 
-    # -- the attempt ---------------------------------------------------------------------------
-
-    def perform(self) -> TurnResult:
+    def run(self) -> Ending:
+        """Run the attempt to its ``Ending`` (nothing final is written here)."""
         self._observe_queue_wait()
         attributes = {f"think_jobs.{key}": value for key, value in self.log_fields().items()}
         with tracing.span("think_jobs.turn", parent=self.turn.trace_context, attributes=attributes):
-            return self._perform()
+            try:
+                return self._run()
+            except LeaseLost:
+                return Interrupted(LEASE_LOST)
 
     def _observe_queue_wait(self) -> None:
         """Admission → first start, as a metric and as a span of the submission's trace."""
@@ -137,70 +157,72 @@ class TurnRun:
             "think_jobs.queue_wait", start=created, end=started, parent=self.turn.trace_context
         )
 
-    def _perform(self) -> TurnResult:
+    def _run(self) -> Ending:
         log.info("turn started", extra=self.log_fields())
         self.agent._notify_submission(self.turn, "running")
-        if not self.turn.messages_applied and not self._apply_caller_messages():
-            return self._deliver(self._finish(self._not_run()))
+        try:
+            if not self.turn.messages_applied and not self._apply_caller_messages():
+                return Finished(self._not_run())
+            history = self._load_history()
+        except StoredMessageError as error:  # the agent is not bricked: this turn fails
+            log.error("turn cannot read its conversation: %s", error, extra=self.log_fields())
+            return Finished(self._failed(self._assembler(None), error))
+        except _PayloadFailed as failed:  # the caller's messages function raised or was wrong
+            return Finished(self._failed(self._assembler(None), failed.error))
         if self.claim.recovering:
-            return self._resume()
-        history = self._load_history()
+            return self._resume(history)
         return self._run_with_hooks(self._context(history), self._assembler(None))
 
-    def _run_with_hooks(self, context: TurnContext, assembler: MessageAssembler) -> TurnResult:
+    def _run_with_hooks(self, context: TurnContext, assembler: MessageAssembler) -> Ending:
         try:
             self.agent.before_turn(context)
         except Exception as error:
             log.exception("before_turn failed for %s", self.agent.address)
-            return self._deliver(self._finish(self._failed(assembler, error)))
+            return Finished(self._failed(assembler, error))
         self.watch.stall_timeout_s = context.stall_timeout_s
         outcome = self._run_model(context, assembler)
-        if self.watch.reason is not None and self.watch.reason.kind in ("stalled", "lease_lost"):
-            return self._interrupted(outcome)
-        return self._deliver(self._finish(outcome))
+        reason = self.watch.reason
+        if reason is not None and reason.interrupts:
+            return Interrupted(reason, outcome if reason.kind == "stalled" else None)
+        if self.writer.lost:
+            return Interrupted(LEASE_LOST)
+        return Finished(outcome)
 
-    def _resume(self) -> TurnResult:
+    def _resume(self, history: list[UIMessage]) -> Ending:
         """Continue after an attempt that died or stalled (messages were applied)."""
-        history = self._load_history()
         own_id = self.turn.assistant_message_id
         stored = next((m for m in history if m.id == own_id), None)
-        recovered = continuation.recover(self.jobs, self.agent.address, self.turn, stored)
+        recovered = continuation.recover(self.turn, self.writer.prefix, stored)
         metrics.RECOVERIES.labels(self.agent.agent_type, "continuation").inc()
         self._store_recovered(recovered)
         log.info("turn resumed", extra={**self.log_fields(), "finished": recovered.finished})
         if recovered.finished:
-            outcome = RunOutcome("completed", None, recovered.message, recovered.has_content)
-            return self._deliver(self._finish(outcome))
+            return Finished(RunOutcome("completed", None, recovered.message, recovered.has_content))
         context = self._context([m for m in history if m.id != own_id], continuing=True)
         return self._run_with_hooks(context, self._assembler(recovered.message))
 
     def _store_recovered(self, recovered: continuation.Recovered) -> None:
         recoveries = continuation.recoveries_after_progress(self.turn, recovered.buffer_length)
-        with self.jobs.db.write() as conn:
+        with self.lease.write("recovery") as conn:
             if recovered.has_content:
-                self._store_reply(conn, recovered.message)
+                store_reply(conn, self.turn, recovered.message, self.lease)
             turn_ops.note_recovery(
                 conn, self.turn.id, recoveries=recoveries, at_seq=recovered.buffer_length
             )
-
-    def _store_reply(self, conn: Connection, message: UIMessage) -> None:
-        """Store the assistant reply of this turn (replacing a partial stored earlier)."""
-        wire = message.to_wire()
-        conversation_ops.upsert_message(
-            conn, self.turn.agent_id, wire, turn_id=self.turn.id, now=utcnow()
-        )
 
     # -- messages and context ------------------------------------------------------------------
 
     def _apply_caller_messages(self) -> bool:
         """Append the blocking caller's messages; False if the turn was cancelled first."""
         payload = self._caller_payload()
-        with self.jobs.db.write() as conn:
+        with self.lease.write("messages") as conn:
             current = turn_ops.get_turn_by_id(conn, self.turn.id)
             if current is None or current.status != "running":
                 return False
+            if current.attempt != self.turn.attempt:
+                raise LeaseLost("a newer attempt owns the turn")
             conversation_ops.append_messages(
-                conn, self.turn.agent_id, payload, turn_id=self.turn.id, now=utcnow()
+                conn, self.turn.agent_id, payload, turn_id=self.turn.id, now=self.lease.db_now
             )
             turn_ops.mark_messages_applied(conn, self.turn.id)
         return True
@@ -209,7 +231,13 @@ class TurnRun:
         if self.caller is None or self.caller.payload is None:
             return list(self.turn.messages or [])
         current = self._load_history()
-        return [message.to_wire() for message in coerce_messages(self.caller.payload(current))]
+        limits = Limits.of(self.jobs.settings)
+        try:
+            given = coerce_messages(self.caller.payload(current), limits=limits)
+        except Exception as error:
+            log.warning("the caller's messages function failed: %s", error, extra=self.log_fields())
+            raise _PayloadFailed(error) from error
+        return [message.to_wire() for message in given]
 
     def _load_history(self) -> list[UIMessage]:
         """The conversation now: as read when the turn was claimed, else from the database."""
@@ -261,12 +289,18 @@ class TurnRun:
             emit=self._emit,
             should_stop=lambda: self.watch.stopped,
             max_steps=type(self.agent).max_steps or self.jobs.settings.max_steps,
+            depth_limit=self.jobs.settings.max_json_depth,
         )
         return runner.run()
 
     def _emit(self, chunk: Chunk) -> None:
+        if chunk.type == "abort" and self.watch.interrupted:
+            return  # an interruption is not the end of the turn: its continuation follows
         chunk_json = chunk.model_dump_json(exclude_none=True)
         self.writer.chunk(chunk_json, defer=chunk.type in FRAMING)
+        if self.writer.lost:
+            self.watch.stop("lease_lost", "a newer attempt owns the turn's stream")
+            return
         self.chunks_published.inc()
         if not self.first_chunk_seen and is_content_chunk(chunk):
             self.first_chunk_seen = True
@@ -286,73 +320,50 @@ class TurnRun:
     def _failed(self, assembler: MessageAssembler, error: Exception) -> RunOutcome:
         return RunOutcome("error", str(error) or type(error).__name__, assembler.message, False)
 
-    # -- the end -------------------------------------------------------------------------------
+    # -- delivery (after execution wrote the outcome) ------------------------------------------
 
-    def _finish(self, outcome: RunOutcome) -> RunOutcome:
-        """Persist the reply and the final status (never overwriting a status set meanwhile)."""
-        status, error = outcome.status, outcome.error
-        if status == "aborted" and self.watch.reason is not None:
-            error = self.watch.reason.text
-        if self.release_with_finish:
-            self.watch.close()  # nothing runs inside the turn after this write
-        with self.jobs.db.write() as conn:
-            if outcome.has_content:
-                self._store_reply(conn, outcome.message)
-            if self.turn.body is not None:
-                agent_ops.set_last_body(conn, self.turn.agent_id, self.turn.body)
-            self.wrote_final = turn_ops.finish_turn(
-                conn, self.turn, status=status, error=error, now=utcnow()
-            )
-            if not self.wrote_final:
-                stored = turn_ops.get_turn_by_id(conn, self.turn.id)
-                if stored is not None and stored.status != "running":
-                    status, error = stored.status, stored.error
-            if self.release_with_finish:
-                self.released = queueing.release(conn, self.claim)
-        return RunOutcome(status, error, outcome.message, outcome.has_content)
+    def final_status(self, outcome: RunOutcome) -> tuple[str, str | None]:
+        """The status and error this attempt writes for ``outcome``."""
+        if outcome.status == "aborted" and self.watch.reason is not None:
+            return outcome.status, self.watch.reason.text
+        return outcome.status, outcome.error
 
-    def _interrupted(self, outcome: RunOutcome) -> TurnResult:
-        """A stalled attempt (or one whose lease was lost) is handed to recovery."""
-        reason = self.watch.reason
-        assert reason is not None
-        if reason.kind == "stalled":
-            with self.jobs.db.write() as conn:
-                if outcome.has_content:
-                    self._store_reply(conn, outcome.message)
-                turn_ops.requeue_turn(conn, self.turn)
-        log.warning("turn interrupted", extra={**self.log_fields(), "reason": reason.kind})
-        metrics.RECOVERIES.labels(self.agent.agent_type, reason.kind).inc()
-        if self.callback is not None:
-            self._guard_callback("on_interrupted")
-        return TurnResult(self.turn.request_id, INTERRUPTED, reason.text, None, self.callback_error)
-
-    def _deliver(self, outcome: RunOutcome) -> TurnResult:
-        """Close the stream, then call the hooks in Think's order for this outcome."""
-        self.writer.done(outcome.status, outcome.error)
-        self._observe_end(outcome)
-        if self.wrote_final:
-            final = turn_ops.replace_record(
-                self.turn, status=outcome.status, error=outcome.error, completed_at=utcnow()
-            )
-            self.agent._notify_submission(final, outcome.status)
-        message = outcome.message if outcome.has_content else None
+    def deliver(self, outcome: RunOutcome, written: Written) -> TurnResult:
+        """End the stream, then call the hooks in Think's order for what was written."""
+        self.writer.done(written.status, written.error)
+        final = RunOutcome(written.status, written.error, outcome.message, outcome.has_content)
+        self._observe_end(final)
+        if written.by_us:
+            record = turn_ops.replace_record(self.turn, status=final.status, error=final.error)
+            self.agent._notify_submission(record, final.status)
+        message = final.message if final.has_content else None
         self._call_hooks(
             ChatResponseResult(
                 message=message,
                 request_id=self.turn.request_id,
                 continuation=self.turn.continuation,
-                status=cast(TurnStatus, outcome.status),
-                error=outcome.error,
+                status=cast(TurnStatus, final.status),
+                error=final.error,
             )
         )
         return TurnResult(
-            self.turn.request_id, outcome.status, outcome.error, message, self.callback_error
+            self.turn.request_id, final.status, final.error, message, self.callback_error
+        )
+
+    def interrupted(self, ending: Interrupted) -> TurnResult:
+        """The attempt was handed to recovery (stalled) or lost its turn to another attempt."""
+        reason = ending.reason
+        log.warning("turn interrupted", extra={**self.log_fields(), "reason": reason.kind})
+        metrics.RECOVERIES.labels(self.agent.agent_type, reason.kind).inc()
+        if self.callback is not None:
+            self._guard_callback("on_interrupted")
+        return TurnResult(
+            self.turn.request_id, INTERRUPTED, reason.text, None, self.callback_error, reason.kind
         )
 
     def _observe_end(self, outcome: RunOutcome) -> None:
         agent_type = self.agent.agent_type
-        started = self.turn.started_at or utcnow()
-        duration_s = (utcnow() - started).total_seconds()
+        duration_s = time.monotonic() - self.attempt_started
         metrics.TURNS_FINISHED.labels(agent_type, outcome.status).inc()
         metrics.TURN_DURATION.labels(agent_type).observe(duration_s)
         fields = {**self.log_fields(), "status": outcome.status, "duration_s": round(duration_s, 3)}
@@ -387,6 +398,24 @@ class TurnRun:
             "attempt": self.turn.attempt,
             "trigger": self.turn.trigger,
         }
+
+
+class _PayloadFailed(Exception):
+    """The blocking caller's messages function raised, or returned messages that were refused."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def store_reply(
+    conn: Connection, turn: turn_ops.TurnRecord, message: UIMessage, lease: Lease
+) -> None:
+    """Store the assistant reply of ``turn`` (replacing a partial stored earlier), inside a
+    transaction the lease fenced."""
+    conversation_ops.upsert_message(
+        conn, turn.agent_id, message.to_wire(), turn_id=turn.id, now=lease.db_now
+    )
 
 
 def has_turn_hooks(agent: Think) -> bool:

@@ -14,20 +14,18 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import redis
 
 from think_jobs import execution, queueing, tracing
 from think_jobs.callbacks import ChatStartEvent, call_optional
-from think_jobs.context import utcnow
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.turns import TurnRecord
 from think_jobs.errors import NestedTurnError, ThinkJobsError
-from think_jobs.execution import CallerTurn, MessagesFunction, TurnResult
+from think_jobs.execution import INTERRUPTED, CallerTurn, MessagesFunction, TurnResult
 from think_jobs.streaming import open_pubsub
 
 if TYPE_CHECKING:
@@ -76,7 +74,6 @@ def _admit(agent: Think, request: BlockingRequest, request_id: str) -> TurnRecor
     jobs = agent.jobs
     agent_id = jobs.agent_id_of(agent, create=True)
     assert agent_id is not None
-    now = utcnow()
     with jobs.db.write() as conn:
         admission = queueing.admit(
             conn,
@@ -89,9 +86,8 @@ def _admit(agent: Think, request: BlockingRequest, request_id: str) -> TurnRecor
             body=request.body,
             continuation=request.continuation,
             metadata=request.metadata,
-            caller_expires_at=now + timedelta(seconds=jobs.settings.lease_ttl_s),
+            caller_ttl_s=jobs.settings.lease_ttl_s,
             trace_context=tracing.carrier(),
-            created_at=now,
         )
     return admission.turn
 
@@ -115,11 +111,12 @@ class _Waiter:
     def _step(self) -> TurnResult | None:
         """Try once: run our turn, or help with the submission ahead; None means keep waiting."""
         agent = queueing.AgentRef(self.turn.agent_id, self.agent.agent_type, self.agent.name)
-        claim = execution.claim(self.jobs, agent, caller_turn_id=self.turn.id)
-        if isinstance(claim, queueing.Claim):
-            if claim.turn.id == self.turn.id:
-                return execution.execute(self.jobs, claim, self.caller)
-            execution.execute(self.jobs, claim)
+        claimed = execution.claim(self.jobs, agent, caller_turn_id=self.turn.id)
+        if isinstance(claimed, execution.Claimed):
+            if claimed.claim.turn.id == self.turn.id:
+                result = execution.execute(self.jobs, claimed, self.caller)
+                return None if self._owner_goes_on(result) else result
+            execution.execute(self.jobs, claimed)
             return None
         with self.jobs.db.read() as conn:
             mine = turn_ops.get_turn_by_id(conn, self.turn.id)
@@ -127,14 +124,20 @@ class _Waiter:
             return _ended_without_running(mine, self.turn)
         return None
 
+    def _owner_goes_on(self, result: TurnResult) -> bool:
+        """Our attempt lost the lease (this process was paused or cut off): another attempt
+        owns the turn. ``chat`` returns (its callback got ``on_interrupted``); the others wait
+        for the turn's end and return the owner's result."""
+        lost = result.status == INTERRUPTED and result.interruption == "lease_lost"
+        return lost and self.caller.callback is None
+
     def _keep_alive(self) -> None:
         if time.monotonic() < self.next_refresh:
             return
         settings = self.jobs.settings
         self.next_refresh = time.monotonic() + settings.heartbeat_interval_s
         with self.jobs.db.write() as conn:
-            until = utcnow() + timedelta(seconds=settings.lease_ttl_s)
-            turn_ops.refresh_caller(conn, self.turn.id, until=until)
+            turn_ops.refresh_caller(conn, self.turn.id, ttl_s=settings.lease_ttl_s)
 
 
 def _ended_without_running(stored: TurnRecord | None, turn: TurnRecord) -> TurnResult:
@@ -201,10 +204,9 @@ def _delete_under_lease(jobs: ThinkJobs, agent_id: int, wakeups: _Wakeups) -> qu
     settings = jobs.settings
     deadline = time.monotonic() + max(30.0, 2 * settings.lease_ttl_s)
     token = uuid.uuid4().hex
-    ttl = timedelta(seconds=settings.lease_ttl_s)
     while True:
         with jobs.db.write() as conn:
-            taken = agent_ops.try_acquire_lease(conn, agent_id, token, now=utcnow(), ttl=ttl)
+            taken = agent_ops.try_acquire_lease(conn, agent_id, token, ttl_s=settings.lease_ttl_s)
             if taken is not None:
                 conversation_ops.delete_conversation(conn, agent_id)
                 agent_ops.release_lease(conn, agent_id, token)

@@ -8,16 +8,15 @@ the executor still sees the status at its next heartbeat.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 import redis
 from sqlalchemy import Connection
 
-from think_jobs.context import utcnow
+from think_jobs import followups
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.turns import TurnRecord
-from think_jobs.streaming import StreamWriter
+from think_jobs.streaming import StoredEnd, StreamRef, seal_from_store
 
 if TYPE_CHECKING:
     from think_jobs.agent import Think
@@ -40,8 +39,9 @@ def cancel_turn(
             return
         if submissions_only and not turn.is_submission:
             return
-        ended = turn_ops.end_turn(conn, turn.id, status="aborted", error=reason, now=utcnow())
-    if ended:
+        ended = turn_ops.end_turn(conn, turn.id, status="aborted", error=reason)
+    if ended is not None:
+        followups.send_after_end(agent.jobs, turn.id, ended)
         _after_abort(agent, turn, reason)
 
 
@@ -53,12 +53,12 @@ def abort_running(agent: Think, reason: str | None) -> None:
     with agent.jobs.db.write() as conn:
         running = [t for t in turn_ops.active_turns(conn, agent_id) if t.status == "running"]
         ended = [
-            t
-            for t in running
-            if turn_ops.end_turn(conn, t.id, status="aborted", error=reason, now=utcnow())
+            (t, turn_ops.end_turn(conn, t.id, status="aborted", error=reason)) for t in running
         ]
-    for turn in ended:
-        _after_abort(agent, turn, reason)
+    for turn, end in ended:
+        if end is not None:
+            followups.send_after_end(agent.jobs, turn.id, end)
+            _after_abort(agent, turn, reason)
 
 
 def reset_turns(agent: Think) -> None:
@@ -66,33 +66,34 @@ def reset_turns(agent: Think) -> None:
     agent_id = agent.jobs.agent_id_of(agent, create=False)
     if agent_id is None:
         return
-    now = utcnow()
     with agent.jobs.db.write() as conn:
         active = turn_ops.active_turns(conn, agent_id)
-        skipped = [t for t in active if t.status == "pending" and _skip(conn, t, now)]
+        skipped = [t for t in active if t.status == "pending" and _skip(conn, t)]
         aborted = [
             t
             for t in active
             if t.status == "running"
-            and turn_ops.end_turn(conn, t.id, status="aborted", error=None, now=now)
+            and turn_ops.end_turn(conn, t.id, status="aborted", error=None) is not None
         ]
     for turn in skipped:
         error = SKIPPED_BY_RESET if turn.is_submission else None
         _announce_end(agent, turn, "skipped", error)
     for turn in aborted:
         _after_abort(agent, turn, None)
+    followups.send_due(agent.jobs)
 
 
-def _skip(conn: Connection, turn: TurnRecord, now: datetime) -> bool:
+def _skip(conn: Connection, turn: TurnRecord) -> bool:
     error = SKIPPED_BY_RESET if turn.is_submission else None
-    return turn_ops.end_turn(
-        conn, turn.id, status="skipped", error=error, now=now, from_statuses=("pending",)
+    ended = turn_ops.end_turn(
+        conn, turn.id, status="skipped", error=error, from_statuses=("pending",)
     )
+    return ended is not None
 
 
 def _after_abort(agent: Think, turn: TurnRecord, reason: str | None) -> None:
     if turn.status == "running":
-        set_revocation_flag(agent, turn.request_id, reason)
+        set_revocation_flag(agent, turn, reason)
         aborted = turn_ops.replace_record(turn, status="aborted", error=reason)
         agent._notify_submission(aborted, "aborted")
         return
@@ -103,21 +104,22 @@ def _after_abort(agent: Think, turn: TurnRecord, reason: str | None) -> None:
 
 
 def _announce_end(agent: Think, turn: TurnRecord, status: str, error: str | None) -> None:
-    """A turn that never ran still ends its stream, so followers do not wait forever."""
-    writer = StreamWriter(
-        agent.jobs.redis,
-        agent.jobs.keys,
-        agent.address,
-        turn.request_id,
-        ttl_s=agent.jobs.settings.stream_ttl_s,
-    )
-    writer.done(status, error)
+    """A turn that never ran still ends its stream, so followers do not wait forever (and an
+    earlier attempt that wakes up later can add nothing to it)."""
+    jobs = agent.jobs
+    ref = StreamRef(agent.address, turn.request_id, turn.id)
+    try:
+        end = StoredEnd(status, error, None)
+        seal_from_store(jobs.redis, jobs.keys, ref, end, ttl_s=jobs.settings.stream_ttl_s)
+    except redis.RedisError as error_:
+        log.warning("end of stream %s not written (readers see it in the database): %s",
+                    turn.request_id, error_)  # fmt: skip
     agent._notify_submission(turn_ops.replace_record(turn, status=status, error=error), status)
 
 
-def set_revocation_flag(agent: Think, request_id: str, reason: str | None) -> None:
+def set_revocation_flag(agent: Think, turn: TurnRecord, reason: str | None) -> None:
     jobs = agent.jobs
-    key = jobs.keys.revoked(agent.address, request_id)
+    key = jobs.keys.revoked(agent.address, turn.id)
     try:
         jobs.redis.set(key, reason or "", ex=jobs.settings.revocation_ttl_s)
     except redis.RedisError as error:

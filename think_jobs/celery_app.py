@@ -36,6 +36,7 @@ def create_celery_app(jobs: ThinkJobs) -> Celery:
         worker_prefetch_multiplier=1,
         task_default_queue=settings.queue,
         broker_connection_retry_on_startup=True,
+        worker_consumer="think_jobs.celery_consumer:Consumer",  # reconnects within ~1 s
         broker_transport_options={
             "visibility_timeout": settings.broker_visibility_timeout_s,
             "socket_connect_timeout": 2,

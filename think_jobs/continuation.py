@@ -1,28 +1,23 @@
 """Picking up a turn whose previous attempt did not finish (SPEC §9).
 
-The replay buffer holds every chunk any attempt of the request published, so the partial reply
-is rebuilt from it exactly as a client saw it. If the buffer already ends with ``finish`` (the
-executor died after the model completed but before the database write), the reply is complete
-and no model call is needed. If the buffer is gone (Redis lost its data), the partial stored in
-the database, if any, is used instead.
+The stream holds every chunk earlier attempts published, and the new attempt read it as it
+took the stream over (so nothing stale can be added after), so the partial reply is rebuilt
+from it exactly as a client saw it. If the stream already ends with ``finish`` (the executor
+died after the model completed but before the database write), the reply is complete and no
+model call is needed. If the stream is gone or could not be read (Redis lost its data, or was
+unreachable), the partial stored in the database, if any, is used instead.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-import redis
 
 from think_jobs.assembly import MessageAssembler
 from think_jobs.chunks import parse_chunk
 from think_jobs.db.turns import TurnRecord
 from think_jobs.messages import UIMessage
-from think_jobs.streaming import buffered_events
-
-if TYPE_CHECKING:
-    from think_jobs.runtime import ThinkJobs
+from think_jobs.results import StreamEvent
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +35,15 @@ class Recovered:
         return any(part.type != "step-start" for part in self.message.parts)
 
 
-def recover(jobs: ThinkJobs, address: str, turn: TurnRecord, stored: UIMessage | None) -> Recovered:
-    """Rebuild the partial reply of ``turn`` from its stream, else from ``stored``."""
+def recover(
+    turn: TurnRecord, streamed: list[StreamEvent] | None, stored: UIMessage | None
+) -> Recovered:
+    """Rebuild the partial reply of ``turn`` from the events its stream held (None: it could
+    not be read), else from ``stored``."""
     message_id = turn.assistant_message_id or turn.request_id
-    try:
-        events = buffered_events(jobs.redis, jobs.keys, address, turn.request_id)
-    except redis.RedisError as error:
-        log.warning("replay buffer unavailable for %s: %s", turn.request_id, error)
-        events = []
+    if streamed is None:
+        log.warning("stream of %s unreadable; continuing from the stored partial", turn.request_id)
+    events = streamed or []
     chunks = [event.chunk for event in events if event.chunk is not None]
     if not chunks:
         fallback = stored or UIMessage(id=message_id, role="assistant", parts=[])

@@ -9,6 +9,7 @@
     │   ├── EmptySubmissionError      ``submit_messages`` got no message
     │   ├── MessageValidationError    a message, part or chunk that is not AI SDK shaped
     │   └── ScheduleError             a schedule phrase, zone or task definition that is wrong
+    ├── UnknownRequestError         (also LookupError) a request id that names no turn of the agent
     ├── SubmissionConflictError     submission id and idempotency key name different submissions
     ├── StoredMessageError          a stored message no longer reads back (repair or remove it)
     ├── NestedTurnError             (also RuntimeError) a blocking turn asked for from inside a turn
@@ -53,6 +54,10 @@ class ScheduleError(InvalidInputError):
 
 class UnknownCursorError(InvalidInputError, LookupError):
     """A ``before=`` cursor that names no submission of the agent (HTTP 404 in the web app)."""
+
+
+class UnknownRequestError(ThinkJobsError, LookupError):
+    """A request id that names no turn of the agent (``agent.stream``; HTTP 404)."""
 
 
 class SubmissionConflictError(ThinkJobsError):

@@ -1,28 +1,60 @@
-"""Running a claimed turn: the attempt itself (``turn_run``), then release and hand-on.
+"""The one owner of a claim: the lease, the watch, the stream's fence, the final write, release.
 
-Whoever holds the claim runs this: a Celery worker for submissions, the calling process for
-blocking calls (``save_messages``, ``chat``, ``continue_last_turn``). Hooks run inside the turn,
-while the lease is still held, so a slow ``on_chat_response`` delays the agent's next turn and
-a ``submit_messages`` made there is admitted before anything that comes later.
+Whoever holds a claim runs it through here: a Celery worker for submissions, the calling
+process for blocking calls (``save_messages``, ``chat``, ``continue_last_turn``). For the whole
+attempt this module holds the agent's ``Lease`` (every write of the attempt is fenced by it),
+runs the ``TurnWatch`` (heartbeat, signals), opens the turn's stream with the attempt number
+as its epoch (taking it over first when an earlier attempt may have written to it), runs the
+``Attempt``, and writes its ending:
+
+- ``Finished``: the reply and the final status in one fenced transaction — which also gives the
+  lease back when nothing runs inside the turn afterwards (no hook, no caller, no next turn
+  to keep it for) — then the stream's ``done`` and the hooks, then the release;
+- ``Interrupted`` by a stall: the partial reply is stored and the turn handed back to recovery;
+- ``Interrupted`` because the lease was lost: nothing is written and nothing released, since
+  another attempt owns the turn now. A stale attempt therefore never writes anything.
+
+Hooks run inside the turn, while the lease is still held, so a slow ``on_chat_response``
+delays the agent's next turn and a ``submit_messages`` made there is admitted before anything
+that comes later.
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import replace
-from datetime import timedelta
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from think_jobs import queueing
-from think_jobs.context import utcnow
+from sqlalchemy import Connection
+
+from think_jobs import followups, queueing
+from think_jobs.attempt import (
+    INTERRUPTED,
+    LEASE_LOST,
+    Attempt,
+    CallerTurn,
+    Interrupted,
+    MessagesFunction,
+    Tools,
+    TurnResult,
+    Written,
+    has_turn_hooks,
+    store_reply,
+)
 from think_jobs.db import conversation as conversation_ops
+from think_jobs.db import turns as turn_ops
 from think_jobs.errors import ThinkJobsError
-from think_jobs.turn_run import INTERRUPTED, CallerTurn, MessagesFunction, TurnResult, TurnRun
+from think_jobs.lease import Lease, LeaseLost
+from think_jobs.runner import RunOutcome
+from think_jobs.streaming import StreamRef, StreamWriter
+from think_jobs.watch import Revocation, TurnWatch, WatchTimings
 
 if TYPE_CHECKING:
+    from think_jobs.agent import Think
     from think_jobs.runtime import ThinkJobs
 
 __all__ = ["INTERRUPTED", "CallerTurn", "MessagesFunction", "TurnResult", "execute"]
@@ -48,43 +80,70 @@ def _active(address: str) -> Iterator[None]:
         _ACTIVE_AGENTS.reset(token)
 
 
+# -- claiming ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A claim and the lease it holds for its attempt."""
+
+    claim: queueing.Claim
+    lease: Lease
+
+
 def claim(
     jobs: ThinkJobs,
     agent: queueing.AgentRef,
     *,
     caller_turn_id: int | None = None,
-    held_token: str | None = None,
-) -> queueing.Claim | queueing.NotClaimed:
-    """Take the agent's lease and start its next turn (see ``queueing.claim_next``); a turn
-    whose messages are already applied gets its conversation read in the same transaction."""
+    held: Lease | None = None,
+) -> Claimed | queueing.NotClaimed:
+    """Take the agent's lease (or renew ``held``) and start its next turn (see
+    ``queueing.claim_next``); a turn whose messages are already applied gets its conversation
+    read in the same transaction."""
     settings = jobs.settings
+    sent = time.monotonic()
     with jobs.db.write() as conn:
         claimed = queueing.claim_next(
             conn,
             agent,
-            now=utcnow(),
-            lease_ttl=timedelta(seconds=settings.lease_ttl_s),
+            lease_ttl_s=settings.lease_ttl_s,
             max_recoveries=settings.recovery_max_attempts,
             caller_turn_id=caller_turn_id,
-            held_token=held_token,
+            held_token=held.token if held is not None else None,
         )
         if isinstance(claimed, queueing.Claim) and claimed.turn.messages_applied:
             history = conversation_ops.load_messages_json(conn, agent.id)
             claimed = replace(claimed, history=history)
-    return claimed
+    if isinstance(claimed, queueing.NotClaimed):
+        return claimed
+    return Claimed(claimed, _lease(jobs, claimed, sent))
 
 
-def execute(jobs: ThinkJobs, claim: queueing.Claim, caller: CallerTurn | None = None) -> TurnResult:
+def _lease(jobs: ThinkJobs, claim: queueing.Claim, sent: float) -> Lease:
+    settings = jobs.settings
+    ttl_s = settings.lease_ttl_s
+    started = claim.turn.started_at
+    assert started is not None
+    # Stop this long before the lease may lapse: a watch poll and a chunk or two.
+    safety_s = min(ttl_s / 3, max(2 * settings.cancel_poll_interval_s, ttl_s / 10))
+    return Lease(jobs.db, claim.agent_id, claim.token, ttl_s, sent + ttl_s, started, safety_s)
+
+
+# -- running -----------------------------------------------------------------------------------
+
+
+def execute(jobs: ThinkJobs, claimed: Claimed, caller: CallerTurn | None = None) -> TurnResult:
     """Run the claimed turn to its end, then release the lease and hand on to the next turn."""
-    result, released = run_and_release(jobs, claim, caller)
+    result, released = run_and_release(jobs, claimed, caller)
     if released is not None:
-        hand_on(jobs, claim, released)
+        hand_on(jobs, claimed.claim, released)
     return result
 
 
 def run_and_release(
     jobs: ThinkJobs,
-    claim: queueing.Claim,
+    claimed: Claimed,
     caller: CallerTurn | None = None,
     *,
     keep_lease: bool = False,
@@ -93,36 +152,135 @@ def run_and_release(
 
     Returns no ``Released`` when the lease was lost (someone else owns the turn now), the
     release itself failed (the lease will expire), or ``keep_lease`` kept it for the caller's
-    next ``claim(..., held_token=claim.token)``.
+    next ``claim(..., held=claimed.lease)``.
     """
-    run: TurnRun | None = None
+    claim, lease = claimed.claim, claimed.lease
+    agent = jobs.instantiate(claim.agent_type, claim.agent_name)
+    tools = _tools(jobs, agent, claim, lease, caller)
+    run = _Run(jobs, agent, claim, caller, tools, keep_lease=keep_lease)
     try:
-        agent = jobs.instantiate(claim.agent_type, claim.agent_name)
-        run = TurnRun(jobs, agent, claim, caller, keep_lease=keep_lease)
         with _active(agent.address):
             result = run.perform()
     finally:
-        released = _end_attempt(jobs, claim, run, keep_lease=keep_lease)
-    return result, released
+        tools.watch.close()
+    return result, run.finish_release()
 
 
-def _end_attempt(
-    jobs: ThinkJobs, claim: queueing.Claim, run: TurnRun | None, *, keep_lease: bool
-) -> queueing.Released | None:
-    """Stop the watch and give the lease back, unless it was released, lost or kept."""
-    if run is None:
-        return _release(jobs, claim)
-    run.watch.close()
-    if run.released is not None:
-        return run.released
-    lease_lost = run.watch.reason is not None and run.watch.reason.kind == "lease_lost"
-    return None if lease_lost or keep_lease else _release(jobs, claim)
+def _tools(
+    jobs: ThinkJobs, agent: Think, claim: queueing.Claim, lease: Lease, caller: CallerTurn | None
+) -> Tools:
+    turn = claim.turn
+    ref = StreamRef(agent.address, turn.request_id, turn.id)
+    writer = StreamWriter(
+        jobs.stream_redis,
+        jobs.keys,
+        ref,
+        epoch=turn.attempt,
+        ttl_s=jobs.settings.stream_ttl_s,
+        prefix=[] if turn.attempt <= 1 else None,  # a first attempt's stream is empty
+        may_send=lease.locally_valid,
+        done_timeout_s=jobs.settings.broker_publish_timeout_s,
+    )
+    if turn.attempt > 1:
+        writer.take_over()  # before the partial is read: nothing stale can be added after
+    watch = TurnWatch(
+        lease,
+        turn,
+        revocation=Revocation(jobs.redis, jobs.keys.revoked(agent.address, turn.id)),
+        timings=WatchTimings(
+            jobs.settings.heartbeat_interval_s, jobs.settings.cancel_poll_interval_s
+        ),
+        signal=caller.signal if caller else None,
+        stall_timeout_s=type(agent).stall_timeout_s,
+    )
+    return Tools(lease, watch.start(), writer)
 
 
-def _release(jobs: ThinkJobs, claim: queueing.Claim) -> queueing.Released | None:
+class _Run:
+    """One attempt's life as this module owns it: run, write the ending, deliver, release."""
+
+    def __init__(
+        self,
+        jobs: ThinkJobs,
+        agent: Think,
+        claim: queueing.Claim,
+        caller: CallerTurn | None,
+        tools: Tools,
+        *,
+        keep_lease: bool,
+    ) -> None:
+        self.jobs, self.claim, self.tools = jobs, claim, tools
+        self.attempt = Attempt(jobs, agent, claim, caller, tools)
+        # With no hook or callback to run inside the turn after the final write, that write
+        # also releases the lease: one transaction less per turn.
+        self.release_with_final = caller is None and not keep_lease and not has_turn_hooks(agent)
+        self.keep_lease = keep_lease
+        self.released: queueing.Released | None = None
+        self.lost = False
+
+    def perform(self) -> TurnResult:
+        ending = self.attempt.run()
+        if isinstance(ending, Interrupted):
+            return self._interrupted(ending)
+        try:
+            written = self._write_final(ending.outcome)
+        except LeaseLost:
+            return self._interrupted(Interrupted(LEASE_LOST))
+        return self.attempt.deliver(ending.outcome, written)
+
+    def _write_final(self, outcome: RunOutcome) -> Written:
+        """The reply and the final status, fenced (never over a status set meanwhile)."""
+        status, error = self.attempt.final_status(outcome)
+        turn = self.claim.turn
+        with self._fenced("final") as conn:
+            ended = turn_ops.finish_turn(conn, turn, status=status, error=error)
+            if ended is None:
+                stored = turn_ops.get_turn_by_id(conn, turn.id)
+                if stored is not None and stored.status != "running":
+                    status, error = stored.status, stored.error
+            if outcome.has_content:
+                store_reply(conn, turn, outcome.message, self.tools.lease)
+            if self.release_with_final:
+                self.released = queueing.Released(turn_ops.head_brief(conn, turn.agent_id))
+        followups.send_after_end(self.jobs, turn.id, ended)
+        return Written(status, error, by_us=ended is not None)
+
+    def _fenced(self, kind: str) -> AbstractContextManager[Connection]:
+        lease = self.tools.lease
+        return lease.releasing(kind) if self.release_with_final else lease.write(kind)
+
+    def _interrupted(self, ending: Interrupted) -> TurnResult:
+        if ending.reason.kind == "lease_lost":
+            self.lost = True
+        elif ending.partial is not None:
+            self._hand_to_recovery(ending.partial)
+        return self.attempt.interrupted(ending)
+
+    def _hand_to_recovery(self, partial: RunOutcome) -> None:
+        """A stalled attempt: keep its partial reply and put the turn back for a continuation."""
+        turn = self.claim.turn
+        try:
+            with self.tools.lease.write("stall") as conn:
+                if partial.has_content:
+                    store_reply(conn, turn, partial.message, self.tools.lease)
+                turn_ops.requeue_turn(conn, turn)
+        except LeaseLost:
+            self.lost = True
+
+    def finish_release(self) -> queueing.Released | None:
+        """Give the lease back unless it was released with the final write, lost, or kept."""
+        if self.tools.lease.released:
+            return self.released
+        if self.lost or self.keep_lease:
+            return None
+        return _release(self.tools.lease, self.claim)
+
+
+def _release(lease: Lease, claim: queueing.Claim) -> queueing.Released | None:
     try:
-        with jobs.db.write() as conn:
-            return queueing.release(conn, claim)
+        return queueing.Released(lease.release())
+    except LeaseLost:
+        return None
     except ThinkJobsError:
         log.exception("could not release the lease of %s; it will expire", claim.agent_name)
         return None

@@ -13,9 +13,14 @@ from dataclasses import dataclass
 class Keys:
     prefix: str
 
-    def stream_buffer(self, agent: str, request_id: str) -> str:
-        """LIST of a request's stream events (JSON), index == seq; TTL ``stream_ttl_s``."""
-        return f"{self.prefix}:stream:{agent}:{request_id}"
+    def stream_buffer(self, agent: str, turn_id: int) -> str:
+        """LIST of a turn's stream events (JSON), index == seq; TTL ``stream_ttl_s``. Keyed
+        by the turn's row id: a request id reused after a delete starts a fresh stream."""
+        return f"{self.prefix}:stream:{agent}:{turn_id}"
+
+    def stream_state(self, agent: str, turn_id: int) -> str:
+        """HASH beside a turn's buffer: the owner ``epoch`` (attempt) and ``sealed``."""
+        return f"{self.prefix}:stream-state:{agent}:{turn_id}"
 
     def chunk_channel(self, agent: str) -> str:
         """Pub/sub channel carrying every stream event of every request of one agent."""
@@ -25,9 +30,9 @@ class Keys:
         """Pattern matching every agent's chunk channel (dashboards)."""
         return f"{self.prefix}:chunks:*"
 
-    def revoked(self, agent: str, request_id: str) -> str:
-        """STRING holding the cancel reason of a request; TTL ``revocation_ttl_s``."""
-        return f"{self.prefix}:revoked:{agent}:{request_id}"
+    def revoked(self, agent: str, turn_id: int) -> str:
+        """STRING holding the cancel reason of a turn; TTL ``revocation_ttl_s``."""
+        return f"{self.prefix}:revoked:{agent}:{turn_id}"
 
     def turn_released(self, agent: str) -> str:
         """Pub/sub channel: an agent's lease was released (wakes callers waiting their turn)."""

@@ -70,6 +70,16 @@ SCHEDULED_FIRES = Counter(
 CHUNKS_PUBLISHED = Counter(
     "think_jobs_chunks_published", "Stream chunks published to Redis.", ["agent_type"]
 )
+STREAMS_INCOMPLETE = Counter(
+    "think_jobs_streams_incomplete",
+    "Turn streams left without their end because Redis could not be reached in time "
+    "(readers rebuild them from the database).",
+)
+FENCED_WRITES = Counter(
+    "think_jobs_fenced_writes",
+    "Writes refused because the attempt making them had lost its turn to a newer one.",
+    ["kind"],
+)
 
 
 class QueueCollector(Collector):

@@ -15,6 +15,10 @@ Ordering lives in the database, not in Redis or Celery:
   admitted at that instant is never stranded: the releaser enqueues a drain for it (worker
   turns) or wakes the waiting caller (blocking turns).
 
+Whether a lease is live is decided by the database server's clock, inside the statements
+(``db_now``), never by the clock of the process asking. What an attempt writes while it holds
+the lease goes through ``think_jobs.lease`` (the fence).
+
 Celery only carries "look at agent N" messages (``think_jobs.drain``); a lost or duplicated
 message can delay a turn but never reorder or double-run one.
 """
@@ -23,13 +27,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection
 
 from think_jobs import recovery
-from think_jobs.context import utcnow
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
@@ -63,8 +66,8 @@ def admit(
     """
     admitted = admitted or agent_ops.next_admission(conn, agent_id)
     inserted = turn_ops.insert_turn(conn, agent_id=agent_id, seq=admitted.seq, **values)
-    lease_held = admitted.lease_expires_at is not None and admitted.lease_expires_at > utcnow()
-    return Admission(inserted.turn, accepted=True, is_head=inserted.is_head and not lease_held)
+    is_head = inserted.is_head and not admitted.lease_held
+    return Admission(inserted.turn, accepted=True, is_head=is_head)
 
 
 def admit_submission(
@@ -73,7 +76,6 @@ def admit_submission(
     *,
     submission_id: str | None,
     idempotency_key: str | None,
-    now: datetime,
     **values: Any,
 ) -> Admission:
     """Admit a durable submission, or return the one these ids already name (accepted=False)."""
@@ -91,7 +93,6 @@ def admit_submission(
         idempotency_key=idempotency_key,
         kind="submission",
         status="pending",
-        created_at=now,
         **values,
     )
 
@@ -160,8 +161,7 @@ def claim_next(
     conn: Connection,
     agent: AgentRef,
     *,
-    now: datetime,
-    lease_ttl: timedelta,
+    lease_ttl_s: float,
     max_recoveries: int,
     caller_turn_id: int | None = None,
     held_token: str | None = None,
@@ -174,23 +174,19 @@ def claim_next(
     with a lease this process kept from its previous turn (renewed, not taken again).
     """
     token = held_token or uuid.uuid4().hex
-    admitted = _take_lease(
-        conn, agent.id, token, held=held_token is not None, now=now, ttl=lease_ttl
-    )
-    if admitted is None:
+    held = _take_lease(conn, agent.id, token, renew=held_token is not None, ttl_s=lease_ttl_s)
+    if held is None:
         return NotClaimed("busy")
-    holder = _Holder(agent, token, admitted)
-    fresh = turn_ops.start_fresh_head(
-        conn, agent.id, now=now, assistant_message_id=new_message_id()
-    )
+    holder = _Holder(agent, token, held.admitted, held.now)
+    fresh = turn_ops.start_fresh_head(conn, agent.id, assistant_message_id=new_message_id())
     if fresh is not None:
-        return _apply_messages(conn, fresh, holder, now, recovering=False)
+        return _started(conn, fresh, holder, recovering=False, applying=True)
     for _ in range(_MAX_STALE_HEADS):
         head = turn_ops.head_turn(conn, agent.id)
         if head is None:
             agent_ops.release_lease(conn, agent.id, token)
             return NotClaimed("idle")
-        outcome = _claim_head(conn, head, holder, now, max_recoveries, caller_turn_id)
+        outcome = _claim_head(conn, head, holder, max_recoveries, caller_turn_id)
         if outcome is not None:
             if isinstance(outcome, NotClaimed):
                 agent_ops.release_lease(conn, agent.id, token)
@@ -200,18 +196,21 @@ def claim_next(
 
 
 def _take_lease(
-    conn: Connection, agent_id: int, token: str, *, held: bool, now: datetime, ttl: timedelta
-) -> int | None:
-    if held:
-        return agent_ops.renew_lease(conn, agent_id, token, now=now, ttl=ttl)
-    return agent_ops.try_acquire_lease(conn, agent_id, token, now=now, ttl=ttl)
+    conn: Connection, agent_id: int, token: str, *, renew: bool, ttl_s: float
+) -> agent_ops.Held | None:
+    if renew:
+        return agent_ops.renew_lease(conn, agent_id, token, ttl_s=ttl_s)
+    return agent_ops.try_acquire_lease(conn, agent_id, token, ttl_s=ttl_s)
 
 
 @dataclass(frozen=True)
 class _Holder:
+    """The lease just taken: its token, the admission count and the database's time then."""
+
     agent: AgentRef
     token: str
     admitted: int
+    now: datetime
 
     def claim(self, turn: TurnRecord, *, recovering: bool) -> Claim:
         agent = self.agent
@@ -230,60 +229,64 @@ def _claim_head(
     conn: Connection,
     head: TurnRecord,
     holder: _Holder,
-    now: datetime,
     max_recoveries: int,
     caller_turn_id: int | None,
 ) -> Claim | NotClaimed | None:
     """Claim ``head``, or say why not; None means "the head changed, look again"."""
     if head.status == "running":
-        return _recover_orphan(conn, head, holder, now, max_recoveries)
+        return _recover_orphan(conn, head, holder, max_recoveries)
     if head.kind == "blocking" and head.id != caller_turn_id and not head.messages_applied:
-        if head.caller_expires_at is not None and head.caller_expires_at < now:
-            turn_ops.end_turn(conn, head.id, status="aborted", error=CALLER_GONE, now=now)
+        if head.caller_expires_at is not None and head.caller_expires_at < holder.now:
+            turn_ops.end_turn(conn, head.id, status="aborted", error=CALLER_GONE)
             return None
         return NotClaimed("caller", head)
     if head.messages_applied:  # handed to recovery by a stalled attempt
-        return _recover_orphan(conn, head, holder, now, max_recoveries)
-    return _start(conn, head, holder, now, recovering=False)
+        return _recover_orphan(conn, head, holder, max_recoveries)
+    return _start(conn, head, holder, recovering=False)
 
 
 def _recover_orphan(
-    conn: Connection, head: TurnRecord, holder: _Holder, now: datetime, max_recoveries: int
+    conn: Connection, head: TurnRecord, holder: _Holder, max_recoveries: int
 ) -> Claim | None:
     plan = recovery.plan_for_orphan(head, max_recoveries=max_recoveries)
     if plan == "requeue":
         turn_ops.requeue_turn(conn, head)
         return None
     if plan == "continue":
-        return _start(conn, head, holder, now, recovering=True)
-    turn_ops.end_turn(conn, head.id, status="error", error=plan, now=now)
+        return _start(conn, head, holder, recovering=True)
+    turn_ops.end_turn(conn, head.id, status="error", error=plan)
     return None
 
 
 def _start(
-    conn: Connection, head: TurnRecord, holder: _Holder, now: datetime, *, recovering: bool
-) -> Claim:
+    conn: Connection, head: TurnRecord, holder: _Holder, *, recovering: bool
+) -> Claim | None:
+    """Start a new attempt of ``head`` (None: it changed since it was read, look again)."""
     applying = head.is_submission and not head.messages_applied
     turn = turn_ops.start_attempt(
         conn,
         head,
-        now=now,
         assistant_message_id=new_message_id(),
         recovering=recovering,
         applying=applying,
     )
-    if applying:
-        return _apply_messages(conn, turn, holder, now, recovering=recovering)
-    return holder.claim(turn, recovering=recovering)
+    if turn is None:
+        return None
+    return _started(conn, turn, holder, recovering=recovering, applying=applying)
 
 
-def _apply_messages(
-    conn: Connection, turn: TurnRecord, holder: _Holder, now: datetime, *, recovering: bool
+def _started(
+    conn: Connection, turn: TurnRecord, holder: _Holder, *, recovering: bool, applying: bool
 ) -> Claim:
-    """Append a submission's messages to the conversation as its attempt starts."""
-    conversation_ops.append_messages(
-        conn, turn.agent_id, turn.messages or [], turn_id=turn.id, now=now
-    )
+    """A submission's messages join the conversation as its first attempt starts; the body a
+    turn brings becomes the agent's remembered body."""
+    if applying:
+        messages = turn.messages or []
+        conversation_ops.append_messages(
+            conn, turn.agent_id, messages, turn_id=turn.id, now=holder.now
+        )
+    if turn.body is not None:
+        agent_ops.set_last_body(conn, turn.agent_id, turn.body)
     return holder.claim(turn, recovering=recovering)
 
 

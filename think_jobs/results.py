@@ -94,3 +94,4 @@ class StreamEvent(BaseModel):
     done: bool = False
     status: str | None = None
     error: str | None = None
+    attempt: int | None = None  # the attempt that wrote it (the database's own: 2**31)

@@ -28,6 +28,7 @@ from think_jobs.chunks import (
     ToolOutputErrorChunk,
     parse_chunk,
 )
+from think_jobs.limits import value_problem
 from think_jobs.messages import DynamicToolPart, ToolPart, UIMessage
 from think_jobs.models.base import Model, ModelRequest
 from think_jobs.tools import Tool
@@ -66,6 +67,7 @@ class TurnRunner:
     emit: Emit
     should_stop: Callable[[], bool]
     max_steps: int
+    depth_limit: int = 64  # JSON nesting a chunk may carry (what is stored must read back)
 
     def run(self) -> RunOutcome:
         """Run the whole tool loop; never raises for model or tool failures."""
@@ -96,7 +98,7 @@ class TurnRunner:
         stream = _iterate(self.model, request)
         try:
             for raw in stream:
-                self._take(_parse_model_chunk(raw))
+                self._take(_parse_model_chunk(raw, self.depth_limit))
             self._check_stop()  # a model that saw the signal may simply end its stream
         except (_Stopped, _ModelFailed):
             raise
@@ -132,6 +134,7 @@ class TurnRunner:
                     "think_jobs.tool", attributes={"think_jobs.tool": part.tool_name}
                 ):
                     result = _execute_tool(tool, part.tool_name, part.tool_call_id, part.input)
+                    result = _bounded_output(result, self.depth_limit)
                 self._send(result)
                 ran = True
         return ran
@@ -159,11 +162,41 @@ def _iterate(model: Model, request: ModelRequest) -> Iterator[Chunk | Mapping[st
         raise _ModelFailed(_describe(error)) from error
 
 
-def _parse_model_chunk(raw_iterator_item: Chunk | Mapping[str, Any]) -> Chunk:
+def _parse_model_chunk(raw_iterator_item: Chunk | Mapping[str, Any], depth_limit: int) -> Chunk:
     try:
-        return parse_chunk(raw_iterator_item)
+        chunk = parse_chunk(raw_iterator_item)
     except Exception as error:
         raise _ModelFailed(f"model produced an invalid chunk: {error}") from error
+    problem = json_problem(chunk, depth_limit)
+    if problem is not None:
+        raise _ModelFailed(f"model produced a chunk that could not be stored: {problem}")
+    return chunk
+
+
+_FREE_JSON = ("data", "input", "output", "message_metadata", "provider_metadata")
+_PLAIN = frozenset({"text-delta", "reasoning-delta", "text-start", "text-end"})
+
+
+def json_problem(chunk: Chunk, depth_limit: int) -> str | None:
+    """Why a chunk's free-form JSON (data, tool input and output, metadata) could not be
+    stored and read back (too deep, not JSON), or None. Text chunks carry none."""
+    if chunk.type in _PLAIN:
+        return None
+    for name in _FREE_JSON:
+        value = getattr(chunk, name, None)
+        if value is not None:
+            problem = value_problem(value, f"{chunk.type}.{name}", depth_limit=depth_limit)
+            if problem is not None:
+                return problem
+    return None
+
+
+def _bounded_output(result: Chunk, depth_limit: int) -> Chunk:
+    """A tool's output that could not be stored becomes the tool's error."""
+    problem = json_problem(result, depth_limit)
+    if problem is None or not isinstance(result, ToolOutputAvailableChunk):
+        return result
+    return ToolOutputErrorChunk(tool_call_id=result.tool_call_id, error_text=problem)
 
 
 def _close(stream: Iterator[Any]) -> None:

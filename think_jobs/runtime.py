@@ -10,11 +10,10 @@ import threading
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import redis
-from redis import Redis
+from redis import ConnectionPool, Redis
 
 from think_jobs import schedules, validation
 from think_jobs.agent import Think
-from think_jobs.context import utcnow
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import migrate as migrations
 from think_jobs.db.engine import Database
@@ -44,6 +43,7 @@ class ThinkJobs:
         self._agent_ids: dict[tuple[str, str], int] = {}
         self._identities: dict[int, tuple[str, str]] = {}
         self._redis: redis.Redis | None = None
+        self._stream_connections: ConnectionPool | None = None
         self._celery: Celery | None = None
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -120,18 +120,33 @@ class ThinkJobs:
         return self._redis
 
     @property
-    def thread_redis(self) -> Redis:
-        """A client that keeps one connection for this thread: no pool round trip per command
-        (used for the per-chunk publishing of a turn's stream)."""
-        client: Redis | None = getattr(self._local, "redis", None)
+    def stream_redis(self) -> Redis:
+        """The client a turn's stream is written with, one connection kept per thread (no pool
+        round trip per chunk). Its commands time out after ``broker_publish_timeout_s``: a
+        Redis that hangs delays a chunk that long (it is sent later), never the lease."""
+        client: Redis | None = getattr(self._local, "stream_redis", None)
         if client is None:
-            pool = self.redis.connection_pool
             try:
-                client = redis.Redis(connection_pool=pool, single_connection_client=True)
+                client = redis.Redis(
+                    connection_pool=self._stream_pool(), single_connection_client=True
+                )
             except redis.RedisError:
-                return self.redis  # Redis is down: the pooled client fails per command instead
-            self._local.redis = client
+                return redis.Redis(connection_pool=self._stream_pool())  # fails per command
+            self._local.stream_redis = client
         return client
+
+    def _stream_pool(self) -> ConnectionPool:
+        if self._stream_connections is None:
+            with self._lock:
+                if self._stream_connections is None:
+                    timeout_s = self.settings.broker_publish_timeout_s
+                    self._stream_connections = ConnectionPool.from_url(
+                        self.settings.redis_url,
+                        socket_connect_timeout=timeout_s,
+                        socket_timeout=timeout_s,
+                        health_check_interval=30,
+                    )
+        return self._stream_connections
 
     @property
     def celery(self) -> Celery:
@@ -160,6 +175,7 @@ class ThinkJobs:
         """In a forked child (Celery prefork): never reuse the parent's connections."""
         self.db.forget_inherited_connections()
         self._redis = None
+        self._stream_connections = None
         self._local = threading.local()
 
     def close(self) -> None:
@@ -167,6 +183,9 @@ class ThinkJobs:
         if self._redis is not None:
             self._redis.close()
             self._redis = None
+        if self._stream_connections is not None:
+            self._stream_connections.disconnect()
+            self._stream_connections = None
 
     # -- agent rows ----------------------------------------------------------------------------
 
@@ -178,7 +197,7 @@ class ThinkJobs:
             return found
         if create:
             with self.db.write() as conn:
-                found = agent_ops.ensure_agent(conn, *key, now=utcnow())
+                found = agent_ops.ensure_agent(conn, *key)
             schedules.arm_agent(self, agent, found)
         else:
             with self.db.read() as conn:

@@ -76,8 +76,9 @@ class Settings(BaseSettings):
     broker_publish_timeout_s: float = Field(
         2.0,
         gt=0,
-        description="How long `submit_messages` tries the broker before leaving the nudge "
-        "to the sweeper.",
+        description="How long one write of a turn's stream to Redis may take before it is "
+        "tried again later (its chunks are kept, never dropped), and how long a turn's end "
+        "keeps trying before readers rebuild the end from the database.",
     )
 
     max_messages_per_submission: int = Field(

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import redis
 from sqlalchemy import exc
 
-from think_jobs import cancellation, metrics, presence, queueing, tracing, validation
-from think_jobs.context import utcnow
+from think_jobs import cancellation, metrics, presence, queueing, streaming, tracing, validation
+from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.turns import TurnRecord
 from think_jobs.errors import InvalidInputError, UnknownCursorError
@@ -28,6 +29,7 @@ from think_jobs.results import (
     SubmissionStatus,
     SubmitMessagesResult,
 )
+from think_jobs.streaming import StreamRef
 
 if TYPE_CHECKING:
     from think_jobs.agent import Think
@@ -105,7 +107,7 @@ def _admit(agent: Think, values: dict[str, Any]) -> queueing.Admission:
     for attempt in range(3):
         try:
             with agent.jobs.db.write() as conn:
-                return queueing.admit_submission(conn, agent_id, now=utcnow(), **values)
+                return queueing.admit_submission(conn, agent_id, **values)
         except exc.IntegrityError:  # a concurrent insert won a unique constraint: look again
             if attempt == 2:
                 raise
@@ -119,6 +121,31 @@ def find_turn(agent: Think, request_id: str) -> TurnRecord | None:
         return None
     with agent.jobs.db.read() as conn:
         return turn_ops.get_turn(conn, agent_id, request_id)
+
+
+def stored_end(agent: Think, turn_id: int) -> streaming.StoredEnd | None:
+    """The turn's final status and stored reply, or None while it is not finished (what a
+    stream reader rebuilds a lost stream from)."""
+    with agent.jobs.db.read() as conn:
+        turn = turn_ops.get_turn_by_id(conn, turn_id)
+        if turn is None or turn.status in turn_ops.ACTIVE:
+            return None
+        reply_id = turn.assistant_message_id
+        raw = (
+            None
+            if reply_id is None
+            else conversation_ops.message_json(conn, turn.agent_id, reply_id)
+        )
+    return streaming.StoredEnd(turn.status, turn.error, _reply(raw))
+
+
+def _reply(raw: str | None) -> UIMessage | None:
+    if raw is None:
+        return None
+    try:
+        return UIMessage.model_validate_json(raw)
+    except ValueError:  # unreadable: the stream ends without it
+        return None
 
 
 def inspect(agent: Think, submission_id: str) -> SubmissionInspection | None:
@@ -197,7 +224,21 @@ def delete_one(agent: Think, submission_id: str) -> bool:
     if agent_id is None:
         return False
     with agent.jobs.db.write() as conn:
-        return turn_ops.delete_terminal_submission(conn, agent_id, submission_id)
+        deleted = turn_ops.delete_terminal_submission(conn, agent_id, submission_id)
+    if deleted is None:
+        return False
+    _forget_streams(agent, {deleted: submission_id})
+    return True
+
+
+def _forget_streams(agent: Think, deleted: Mapping[int, str]) -> None:
+    """A deleted submission's stream goes with it (best effort: it expires anyway)."""
+    jobs = agent.jobs
+    try:
+        for turn_id, request_id in deleted.items():
+            streaming.forget(jobs.redis, jobs.keys, StreamRef(agent.address, request_id, turn_id))
+    except redis.RedisError as error:
+        log.warning("streams of deleted submissions left to expire: %s", error)
 
 
 def delete_many(
@@ -213,6 +254,8 @@ def delete_many(
     if agent_id is None:
         return 0
     with agent.jobs.db.write() as conn:
-        return turn_ops.delete_terminal_submissions(
+        deleted = turn_ops.delete_terminal_submissions(
             conn, agent_id, statuses=statuses, completed_before=completed_before, limit=limit
         )
+    _forget_streams(agent, deleted)
+    return len(deleted)

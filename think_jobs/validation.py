@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from think_jobs.errors import EmptySubmissionError, InvalidInputError, MessageValidationError
-from think_jobs.limits import Limits, has_control_characters, value_problem
+from think_jobs.limits import Limits, has_control_characters, over_limit, value_problem
 from think_jobs.messages import UIMessage, coerce_messages
 from think_jobs.settings import Settings
 
@@ -124,6 +124,27 @@ def json_object(
         raise MessageValidationError(
             f"{name} is {len(encoded)} bytes as JSON; the limit is {limits.metadata_bytes} "
             "(THINK_JOBS_MAX_METADATA_BYTES)"
+        )
+    result: dict[str, Any] = json.loads(encoded)
+    return result
+
+
+def body_object(value: Mapping[str, Any] | None, *, limits: Limits) -> dict[str, Any] | None:
+    """A blocking call's ``body``: a JSON object within the depth limit and the size of one
+    message (``max_message_bytes``), as a plain dict, or None."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"body must be a JSON object (dict), got {type(value).__name__}")
+    problem = value_problem(value, "body", depth_limit=limits.json_depth)
+    if problem is not None:
+        raise MessageValidationError(problem)
+    encoded = json.dumps(dict(value), ensure_ascii=False, separators=(",", ":")).encode()
+    if len(encoded) > limits.message_bytes:
+        raise MessageValidationError(
+            over_limit(
+                "body", f"{len(encoded)} bytes as JSON", limits.message_bytes, "max_message_bytes"
+            )
         )
     result: dict[str, Any] = json.loads(encoded)
     return result

@@ -1,11 +1,18 @@
-"""Keeps a running turn's lease alive and decides when the turn must stop.
+"""Decides when a running attempt must stop, and keeps its lease alive while it runs.
 
-One thread per running turn. It renews the agent's lease every ``lease_ttl_s / 3`` and, in the
-same transaction, reads the turn's status (a ``cancel_submission`` that found Redis down is
-seen there); it polls the Redis revocation flag every ``cancel_poll_interval_s`` (the flag is
-also read with every published chunk); it watches the caller's in-process signal and the stall
-timeout. Whichever fires first aborts the turn's own signal, which the runner checks between
-chunks and the model may wait on.
+Two daemon threads per running attempt, so that nothing can hold up the lease:
+
+- the **heartbeat** (database only) renews the lease every ``lease_ttl_s / 3`` through the
+  fence and reads the turn's status in the same transaction (a ``cancel_submission`` that
+  found Redis down is seen there). A Redis call never sits in front of it, so losing Redis
+  alone never costs an attempt its lease while the database answers;
+- the **signals** thread, every ``cancel_poll_interval_s``: the caller's in-process signal,
+  the stall timeout, the lease's local bound (an attempt that could not renew in time stops
+  before anyone else may take the turn), and the Redis revocation flag (also read with every
+  published chunk).
+
+Whichever fires first aborts the turn's own signal, which the runner checks between chunks
+and the model may wait on. After ``close()`` nothing the threads see changes the watch.
 """
 
 from __future__ import annotations
@@ -14,24 +21,19 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import redis
 
-from think_jobs.context import utcnow
-from think_jobs.db import agents as agent_ops
-from think_jobs.db import turns as turn_ops
+from think_jobs.db.turns import TurnRecord
 from think_jobs.errors import StorageUnavailableError
+from think_jobs.lease import Lease, LeaseLost
 from think_jobs.signals import AbortController, AbortSignal, SignalLike, signal_reason
-
-if TYPE_CHECKING:
-    from think_jobs.queueing import Claim
-    from think_jobs.runtime import ThinkJobs
 
 log = logging.getLogger(__name__)
 
 StopKind = Literal["cancelled", "signal", "stalled", "lease_lost"]
+INTERRUPTIONS: frozenset[StopKind] = frozenset({"stalled", "lease_lost"})  # the turn goes on
 
 
 @dataclass(frozen=True)
@@ -39,28 +41,61 @@ class StopReason:
     kind: StopKind
     text: str | None
 
+    @property
+    def interrupts(self) -> bool:
+        """The attempt stops but the turn is not over: another attempt continues it."""
+        return self.kind in INTERRUPTIONS
+
+
+@dataclass(frozen=True)
+class WatchTimings:
+    heartbeat_s: float
+    poll_s: float
+
+
+@dataclass(frozen=True)
+class Revocation:
+    """Where the attempt's revocation flag lives."""
+
+    client: redis.Redis
+    key: str
+
+    def reason(self) -> str | bool | None:
+        """The cancel reason if the flag is set (``""`` read as None), False if not set."""
+        value = self.client.get(self.key)
+        if value is None:
+            return False
+        text = value.decode() if isinstance(value, bytes) else str(value)
+        return text or None
+
 
 class TurnWatch:
-    """Start it when the turn starts, ``close()`` it when the turn's writes are done."""
+    """``start()`` it when the attempt starts, ``close()`` it when the attempt's writes are done."""
 
     def __init__(
         self,
-        jobs: ThinkJobs,
-        claim: Claim,
+        lease: Lease,
+        turn: TurnRecord,
         *,
+        revocation: Revocation,
+        timings: WatchTimings,
         signal: SignalLike | None = None,
         stall_timeout_s: float | None = None,
     ) -> None:
-        self._jobs = jobs
-        self._claim = claim
+        self._lease = lease
+        self._turn = turn
+        self._revocation = revocation
+        self._timings = timings
         self._local = signal
         self.stall_timeout_s = stall_timeout_s
         self._controller = AbortController()
         self.reason: StopReason | None = None
         self._closed = threading.Event()
         self._last_chunk = time.monotonic()
-        self._revoked_key = jobs.keys.revoked(claim_address(claim), claim.turn.request_id)
-        self._thread = threading.Thread(target=self._loop, name="think-jobs-watch", daemon=True)
+        self._threads = [
+            threading.Thread(target=self._heartbeats, name="think-jobs-heartbeat", daemon=True),
+            threading.Thread(target=self._signals, name="think-jobs-watch", daemon=True),
+        ]
         self._unlisten = (
             signal.add_listener(self._on_local_abort) if isinstance(signal, AbortSignal) else None
         )
@@ -74,16 +109,21 @@ class TurnWatch:
     def stopped(self) -> bool:
         return self._controller.signal.aborted
 
+    @property
+    def interrupted(self) -> bool:
+        return self.reason is not None and self.reason.interrupts
+
     def start(self) -> TurnWatch:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
         return self
 
     def close(self) -> None:
+        """Stop watching. The threads end on their own (one may be inside a call to Redis or
+        the database); nothing they see afterwards has an effect."""
         self._closed.set()
         if self._unlisten is not None:
             self._unlisten()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join()
 
     def chunk_published(self, *, revoked: bool) -> None:
         """Called after each chunk: resets the stall clock, applies a revocation seen in Redis."""
@@ -92,6 +132,8 @@ class TurnWatch:
             self.stop("cancelled", self._read_revocation())
 
     def stop(self, kind: StopKind, text: str | None) -> None:
+        if self._closed.is_set():
+            return
         if self.reason is None:
             self.reason = StopReason(kind, text)
         self._controller.abort(text)
@@ -99,15 +141,34 @@ class TurnWatch:
     def _on_local_abort(self, reason: object) -> None:
         self.stop("signal", None if reason is None else str(reason))
 
-    def _loop(self) -> None:
-        settings = self._jobs.settings
-        next_heartbeat = time.monotonic() + settings.heartbeat_interval_s
-        while not self._closed.wait(settings.cancel_poll_interval_s):
+    # -- the heartbeat (database only) ---------------------------------------------------------
+
+    def _heartbeats(self) -> None:
+        while not self._closed.wait(self._timings.heartbeat_s):
+            try:
+                turn = self._lease.heartbeat(self._turn.id)
+            except LeaseLost:
+                self.stop("lease_lost", "the agent's lease was lost")
+                return
+            except StorageUnavailableError as error:
+                log.warning("lease heartbeat failed for turn %s: %s", self._turn.id, error)
+                continue
+            self._check_turn(turn)
+
+    def _check_turn(self, turn: TurnRecord | None) -> None:
+        if turn is not None and turn.attempt != self._turn.attempt:
+            self.stop("lease_lost", "a newer attempt owns the turn")
+        elif turn is None or turn.status != "running":
+            self.stop("cancelled", turn.error if turn is not None else None)
+
+    # -- signals, stall, the local lease bound, the revocation flag ----------------------------
+
+    def _signals(self) -> None:
+        while not self._closed.wait(self._timings.poll_s):
             self._check_local_and_stall()
+            if not self._lease.locally_valid():
+                self.stop("lease_lost", "the lease could not be renewed in time")
             self._check_revocation()
-            if time.monotonic() >= next_heartbeat:
-                next_heartbeat = time.monotonic() + settings.heartbeat_interval_s
-                self._heartbeat()
 
     def _check_local_and_stall(self) -> None:
         local = self._local
@@ -121,36 +182,15 @@ class TurnWatch:
         if self.stopped:
             return
         try:
-            if self._jobs.redis.exists(self._revoked_key):
-                self.stop("cancelled", self._read_revocation())
+            reason = self._revocation.reason()
         except redis.RedisError:
-            pass  # the heartbeat's database check still sees a cancellation
+            return  # the heartbeat's database check still sees a cancellation
+        if reason is not False:
+            self.stop("cancelled", reason if isinstance(reason, str) else None)
 
     def _read_revocation(self) -> str | None:
         try:
-            value = self._jobs.redis.get(self._revoked_key)
+            reason = self._revocation.reason()
         except redis.RedisError:
             return None
-        text = value.decode() if isinstance(value, bytes) else value
-        return text or None
-
-    def _heartbeat(self) -> None:
-        claim = self._claim
-        ttl = timedelta(seconds=self._jobs.settings.lease_ttl_s)
-        try:
-            with self._jobs.db.write() as conn:
-                renewed = agent_ops.renew_lease(
-                    conn, claim.agent_id, claim.token, now=utcnow(), ttl=ttl
-                )
-                turn = turn_ops.get_turn_by_id(conn, claim.turn.id)
-        except StorageUnavailableError as error:
-            log.warning("lease heartbeat failed for %s: %s", claim_address(claim), error)
-            return
-        if renewed is None:
-            self.stop("lease_lost", "the agent's lease was lost")
-        elif turn is None or turn.status != "running" or turn.attempt != claim.turn.attempt:
-            self.stop("cancelled", turn.error if turn is not None else None)
-
-
-def claim_address(claim: Claim) -> str:
-    return f"{claim.agent_type}:{claim.agent_name}"
+        return reason if isinstance(reason, str) else None

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from think_jobs import execution, queueing
-from think_jobs.context import utcnow
+from think_jobs import execution, followups, queueing
 from think_jobs.db import agents as agent_ops
 from think_jobs.errors import AgentNotRegisteredError, ThinkJobsError
 
@@ -49,21 +48,21 @@ def drain(jobs: ThinkJobs, agent_id: int) -> str:
     deadline = time.monotonic() + jobs.settings.drain_slice_s
     ran, held = 0, None
     while True:
-        claim = execution.claim(jobs, agent, held_token=held)
-        if isinstance(claim, queueing.NotClaimed):
-            if claim.reason == "caller":
+        claimed = execution.claim(jobs, agent, held=held)
+        if isinstance(claimed, queueing.NotClaimed):
+            if claimed.reason == "caller":
                 jobs.dispatch.wake_callers(f"{agent.agent_type}:{agent.agent_name}")
-            return f"ran {ran}" if ran else claim.reason
+            return f"ran {ran}" if ran else claimed.reason
         # Turns waiting and time left: the next claim reuses this lease. Otherwise release now
         # (with no hook to run, in the turn's final write) rather than look again for nothing.
-        keep = claim.queued_behind and time.monotonic() < deadline
-        _, released = execution.run_and_release(jobs, claim, keep_lease=keep)
+        keep = claimed.claim.queued_behind and time.monotonic() < deadline
+        _, released = execution.run_and_release(jobs, claimed, keep_lease=keep)
         ran += 1
-        if keep:
-            held = claim.token
+        if keep and claimed.lease.locally_valid():
+            held = claimed.lease
             continue
         if released is not None:
-            execution.hand_on(jobs, claim, released)
+            execution.hand_on(jobs, claimed.claim, released)
         return f"ran {ran}"
 
 
@@ -97,13 +96,15 @@ def _log_unregistered(jobs: ThinkJobs, agent_type: str) -> None:
 
 
 def sweep(jobs: ThinkJobs) -> int:
-    """Enqueue a drain for every agent with pending work and no live lease; returns how many."""
+    """Enqueue a drain for every agent with pending work and no live lease, and send the
+    follow-ups of ended turns nobody sent; returns how many drains were enqueued."""
     with jobs.db.read() as conn:
-        agent_ids = agent_ops.agents_needing_a_drain(conn, now=utcnow(), limit=_SWEEP_BATCH)
+        agent_ids = agent_ops.agents_needing_a_drain(conn, limit=_SWEEP_BATCH)
     sent = 0
     for agent_id in agent_ids:
         if _mark_swept(jobs, agent_id) and jobs.dispatch.enqueue_drain(agent_id):
             sent += 1
+    followups.send_due(jobs)
     return sent
 
 

@@ -13,8 +13,13 @@ One step:
 2. submits it durably under the idempotency key ``think-workflow:<task id>`` (or the
    ``idempotency_key`` given). Polls and redeliveries of the step keep the task id, so a step
    re-run after its worker died finds its submission instead of submitting again;
-3. waits without holding a worker slot: it publishes itself again with a countdown (short for a
-   young turn, growing to ``poll_interval_s``) until the submission is terminal;
+3. waits without holding a worker slot or a message: it stores its own task message as the
+   turn's *follow-up* and ends (the message is acknowledged). Whoever ends the turn sends the
+   follow-up right after (a sweeper sends it if that process died first), and the step runs
+   again, finds its submission finished, and returns. A worker killed while a turn ran
+   therefore delays the chain by about the lease TTL plus a sweep interval (the turn's
+   recovery), not by the broker's visibility timeout. Only while the database is unreachable
+   does the step poll, with a countdown of ``poll_interval_s``;
 4. returns ``{"submission_id", "status", "text", "message", "agent_type", "agent_name"}``
    (``message``: the assistant reply as AI SDK JSON, or None) or raises ``TurnFailedError`` if
    the turn ended ``error``, ``aborted`` or ``skipped``.
@@ -32,10 +37,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from celery.exceptions import Reject, Retry
+from celery.exceptions import Ignore, Reject, Retry
+from kombu.utils import json as kombu_json
 from sqlalchemy import select
 
-from think_jobs import submissions
+from think_jobs import followups, submissions
 from think_jobs.context import utcnow
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.tables import messages as message_rows
@@ -198,12 +204,45 @@ def run_step(
     agent = jobs.get_agent(step.agent_type, step.agent_name)
     try:
         submission = _find_or_submit(agent, step, key, request)
-        if submission.status.terminal:
-            return _outcome(agent, submission)
+        if not submission.status.terminal and _wait_for_end(jobs, agent, task, key, kwargs):
+            raise Ignore()  # the turn's end sends this step again
+        return _outcome(agent, _refreshed(agent, key, submission))
     except StorageUnavailableError:  # the database is down: ask again later
         raise _poll_again(task, step.poll_interval_s, kwargs) from None
-    countdown_s = next_poll_s(submission, step.poll_interval_s)
-    raise _poll_again(task, countdown_s, {**kwargs, SUBMITTED_KEY: key})
+
+
+def _wait_for_end(
+    jobs: ThinkJobs, agent: Think, task: Any, key: str, kwargs: dict[str, Any]
+) -> bool:
+    """Store this step's message as the follow-up of its submission's turn; False if the turn
+    ended first (the step can answer now)."""
+    turn = _turn_of(agent, key)
+    if turn is None:
+        return False
+    again = {**kwargs, SUBMITTED_KEY: key}
+    signature = task.signature_from_request(task.request, None, again)
+    text = kombu_json.dumps(signature)  # type: ignore[no-untyped-call]  # Celery's own JSON
+    message: dict[str, Any] = kombu_json.loads(text)  # type: ignore[no-untyped-call]
+    return followups.register(jobs, turn.id, message)
+
+
+def _turn_of(agent: Think, key: str) -> turn_ops.TurnRecord | None:
+    agent_id = agent.jobs.agent_id_of(agent, create=False)
+    if agent_id is None:
+        return None
+    with agent.jobs.db.read() as conn:
+        found = turn_ops.find_by_request_or_key(conn, agent_id, None, key)
+    return next((t for t in found if t.is_submission), None)
+
+
+def _refreshed(agent: Think, key: str, submission: SubmissionInspection) -> SubmissionInspection:
+    if submission.status.terminal:
+        return submission
+    found = find_submission(agent, key)
+    if found is None:
+        raise TurnFailedError(f"the submission of {agent.address} with idempotency key {key} "
+                              "was deleted before the workflow step saw it finish")  # fmt: skip
+    return found
 
 
 def _find_or_submit(agent: Think, step: Step, key: str, request: Any) -> SubmissionInspection:

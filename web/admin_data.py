@@ -8,9 +8,9 @@ from datetime import datetime
 from typing import Protocol
 
 from think_jobs import Think
+from think_jobs.errors import UnknownRequestError
 from think_jobs.messages import UIMessage, message_text
 from think_jobs.results import StreamEvent
-from think_jobs.streaming import buffered_events
 
 
 @dataclass
@@ -44,9 +44,11 @@ class Transcript:
 
 def transcript(agent: Think, request_id: str) -> Transcript:
     found = Transcript()
-    jobs = agent.jobs
-    for event in buffered_events(jobs.redis, jobs.keys, agent.address, request_id):
-        found.add(event)
+    try:
+        for event in agent.stream(request_id, live=False):
+            found.add(event)
+    except UnknownRequestError:
+        pass
     return found
 
 

@@ -5,10 +5,11 @@ Works for every turn (submissions, ``chat``, ``save_messages``...): the request 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from flask import Response, request
 
-from think_jobs import Think, submissions
-from think_jobs.streaming import decode_event
+from think_jobs import StreamEvent, Think, UnknownRequestError, submissions
 from web import auth, params, sse
 from web.errors import ApiError
 from web.extension import current_extension
@@ -32,12 +33,12 @@ BASE = "/agents/<agent_type>/<agent_name>/requests/<request_id>"
 def stream(agent_type: str, agent_name: str, request_id: str) -> Response:
     agent = params.agent(agent_type, agent_name)
     request_id = params.identifier(request_id, "path.request_id")
-    source = stream_source(agent, request_id)
     resume = [
         params.query(StreamQuery).after_seq,
         sse.parse_event_id(request.headers.get("Last-Event-ID")),
     ]
     after_seq = max((seq for seq in resume if seq is not None), default=None)
+    source = stream_source(agent, request_id, after_seq)
     limits = current_extension().stream_limits()
     return sse.response(sse.events(source, after_seq=after_seq, limits=limits))
 
@@ -64,20 +65,19 @@ def stored_status(agent: Think, request_id: str) -> str | None:
     return None if turn is None else turn.status
 
 
-def stream_source(agent: Think, request_id: str) -> sse.StreamSource:
-    """Bind the agent's stream of ``request_id``; 404 when neither a turn nor events exist."""
-    jobs = agent.jobs
-    buffer = jobs.keys.stream_buffer(agent.address, request_id)
-    if stored_status(agent, request_id) is None and not jobs.redis.exists(buffer):
-        raise ApiError(404, f"no request {request_id!r} for agent {agent.address}")
+def stream_source(agent: Think, request_id: str, after_seq: int | None) -> sse.StreamSource:
+    """Bind the agent's stream of ``request_id``. Its first window is opened now, so an unknown
+    request is a 404 and an unreachable Redis a 503 before the response starts."""
+    heartbeat_s = current_extension().stream_limits().heartbeat_s
+    try:
+        first = agent.stream(request_id, after_seq, heartbeat_s)
+    except UnknownRequestError:
+        raise ApiError(404, f"no request {request_id!r} for agent {agent.address}") from None
+    opened = [first]
 
-    def done_seq() -> int | None:
-        raw = jobs.redis.lindex(buffer, -1)
-        event = None if raw is None else decode_event(raw)
-        return event.seq if event is not None and event.done else None
+    def follow(after: int, timeout_s: float) -> Iterator[StreamEvent]:
+        if opened:
+            return opened.pop()
+        return agent.stream(request_id, after, timeout_s)
 
-    return sse.StreamSource(
-        follow=lambda after, timeout_s: agent.stream(request_id, after, timeout_s),
-        status=lambda: stored_status(agent, request_id),
-        done_seq=done_seq,
-    )
+    return sse.StreamSource(follow=follow)

@@ -9,7 +9,7 @@ One response must not pin a server thread forever. The core follower is read in 
 is detected (the write fails and the server closes this generator, which closes the Redis
 subscription). After ``max_duration_s`` the response ends without ``[DONE]``; an EventSource
 reconnects with ``Last-Event-ID`` and resumes where it stopped. A turn that is over but whose
-``done`` event never reached Redis ends after two idle windows with the database status.
+stream never got its end is completed from the database by the core follower (``stream``).
 """
 
 from __future__ import annotations
@@ -25,14 +25,13 @@ from typing import Any
 import redis
 from flask import Response
 
-from think_jobs.errors import StorageUnavailableError
-from think_jobs.results import TERMINAL_STATUSES, StreamEvent
+from think_jobs.errors import BrokerUnavailableError, StorageUnavailableError
+from think_jobs.results import StreamEvent
 from web.errors import ApiError
 from web.extension import StreamLimits
 from web.schemas import EVENT_ID_PATTERN, SEQ_DIGITS
 
 log = logging.getLogger(__name__)
-_EVENT_ID = re.compile(EVENT_ID_PATTERN)
 DONE = "data: [DONE]\n\n"
 PING = ": ping\n\n"
 HEADERS = {
@@ -40,7 +39,7 @@ HEADERS = {
     "X-Accel-Buffering": "no",
     "x-vercel-ai-ui-message-stream": "v1",
 }
-_TERMINAL = frozenset(status.value for status in TERMINAL_STATUSES)
+_EVENT_ID = re.compile(EVENT_ID_PATTERN)
 
 
 @dataclass(frozen=True)
@@ -48,8 +47,6 @@ class StreamSource:
     """Where the events of one request come from (the agent, bound by the view)."""
 
     follow: Callable[[int, float], Iterator[StreamEvent]]  # (after_seq, timeout_s)
-    status: Callable[[], str | None]  # the turn's stored status
-    done_seq: Callable[[], int | None]  # seq of the buffered ``done`` event, if any
 
 
 def status_chunk(status: str | None, error: str | None) -> dict[str, Any]:
@@ -84,18 +81,17 @@ def parse_event_id(value: str | None) -> int | None:
 
 
 class _Reader:
-    """One SSE response: the last seq sent, the deadline, and the stalled-``done`` guard."""
+    """One SSE response: the last seq sent and the deadline."""
 
     def __init__(self, source: StreamSource, after_seq: int, limits: StreamLimits) -> None:
         self.source = source
         self.last_seq = after_seq
         self.limits = limits
         self.deadline = time.monotonic() + limits.max_duration_s
-        self.terminal_windows = 0
 
     def window(self) -> Generator[str, None, bool]:
         """Follow for one heartbeat window; True when the response is over (``done`` sent,
-        or the maximum duration reached)."""
+        the stream had ended before ``last_seq``, or the maximum duration reached)."""
         timeout_s = min(self.limits.heartbeat_s, self.deadline - time.monotonic())
         if timeout_s <= 0:
             return True
@@ -112,18 +108,8 @@ class _Reader:
             close = getattr(events, "close", None)
             if close is not None:
                 close()
+        yield DONE  # resumed after the end: nothing more will come
         return True
-
-    def over_without_done(self) -> bool:
-        """The database says the turn ended, for two windows running, yet no ``done`` came."""
-        status = self.source.status()
-        ended = status is None or status in _TERMINAL
-        self.terminal_windows = self.terminal_windows + 1 if ended else 0
-        return self.terminal_windows >= 2
-
-    def already_done(self) -> bool:
-        done_seq = self.source.done_seq()
-        return done_seq is not None and done_seq <= self.last_seq
 
 
 def events(source: StreamSource, *, after_seq: int | None, limits: StreamLimits) -> Iterator[str]:
@@ -134,21 +120,15 @@ def events(source: StreamSource, *, after_seq: int | None, limits: StreamLimits)
     """
     try:
         yield from _events(source, after_seq, limits)
-    except (StorageUnavailableError, redis.RedisError) as error:
+    except (StorageUnavailableError, BrokerUnavailableError, redis.RedisError) as error:
         log.warning("SSE stream ended early: %s", error)
 
 
 def _events(source: StreamSource, after_seq: int | None, limits: StreamLimits) -> Iterator[str]:
     reader = _Reader(source, -1 if after_seq is None else after_seq, limits)
     yield "retry: 3000\n\n"  # sends the headers now, even if the turn is still queued
-    if reader.already_done():
-        yield DONE
-        return
     while True:
         if (yield from reader.window()):
-            return
-        if reader.over_without_done():
-            yield _data(status_chunk(source.status(), None)) + DONE
             return
         yield PING
 

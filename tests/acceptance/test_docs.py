@@ -169,17 +169,13 @@ def test_the_configuration_page_has_the_table_the_code_makes() -> None:
     assert result.returncode == 0, result.stderr
 
 
-# Settings declared for work in progress elsewhere; remove an entry once the code reads it.
-NOT_READ_YET = {"broker_publish_timeout_s": "the fenced-execution work (issue 15) reads it"}
-
-
 def test_every_setting_is_read_by_the_code() -> None:
     from think_jobs.settings import Settings
 
     code = _code_outside_settings()
     unread = {name for name in Settings.model_fields if not re.search(rf"\.{name}\b", code)}
     unread -= _read_through_properties(unread, code)
-    assert unread == set(NOT_READ_YET), unread ^ set(NOT_READ_YET)
+    assert unread == set(), unread
 
 
 def _code_outside_settings() -> str:

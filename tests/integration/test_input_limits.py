@@ -154,6 +154,21 @@ def test_an_unreadable_message_can_be_removed_and_the_next_turn_runs(jobs: Think
     assert [m.role for m in agent.get_messages()] == ["user", "assistant"]
 
 
+def test_a_turn_over_an_unreadable_message_ends_in_error_naming_it_and_the_agent_goes_on(
+    jobs: ThinkJobs,
+) -> None:
+    agent = jobs.get_agent(Recorder, "a")
+    store_directly(jobs, agent, deep_message(900, "old-1"))
+    first = agent.submit_messages([user('{"text": "hello"}')])
+    with worker(jobs):
+        failed = wait_for_status(agent, first.submission_id, "error")
+        assert "stored message 'old-1'" in failed.error and "remove or repair it" in failed.error
+        assert failed.attempt == 1  # not retried: the next turn is not held up behind it
+        remove_message(agent, "old-1")
+        second = agent.submit_messages([user('{"text": "fine again"}')])
+        wait_for_status(agent, second.submission_id, "completed")
+
+
 def test_the_operator_commands_check_repair_and_remove(
     jobs: ThinkJobs, settings_env: dict[str, str]
 ) -> None:
@@ -280,3 +295,89 @@ def test_accepted_input_round_trips_everywhere_and_refused_input_writes_nothing(
 
     with worker(jobs):
         exchange()
+
+
+# -- blocking calls and what a model or tool produces ------------------------------------------
+
+
+class DeepModel:
+    """Streams a data part nested 300 levels deep (or calls a tool that returns such data)."""
+
+    def __init__(self, via_tool: bool) -> None:
+        self.via_tool = via_tool
+
+    def stream(self, request: ModelRequest) -> Iterator[dict[str, Any]]:
+        if not self.via_tool:
+            yield {"type": "data-x", "data": nested(300)}
+            return
+        if request.step == 0:
+            yield {
+                "type": "tool-input-available",
+                "toolCallId": "c1",
+                "toolName": "deep",
+                "input": {},
+            }
+            return
+        yield {"type": "text-start", "id": "t"}
+        yield {"type": "text-delta", "id": "t", "delta": "done"}
+        yield {"type": "text-end", "id": "t"}
+
+
+class DeepData(Think):
+    def get_model(self) -> DeepModel:
+        return DeepModel(via_tool=False)
+
+
+class DeepTool(Think):
+    def get_model(self) -> DeepModel:
+        return DeepModel(via_tool=True)
+
+    def get_tools(self) -> dict[str, Any]:
+        from think_jobs.tools import tool
+
+        @tool
+        def deep() -> Any:
+            """Returns data nested too deep to store."""
+            return nested(300)
+
+        return {"deep": deep}
+
+
+def test_blocking_calls_refuse_a_deep_body_or_metadata_and_store_nothing(jobs: ThinkJobs) -> None:
+    agent = jobs.get_agent(Recorder, "a")
+    with pytest.raises(MessageValidationError, match=r"body.*nested 300 levels deep; the limit"):
+        agent.save_messages([user("hi")], body={"x": nested(299)})
+    with pytest.raises(MessageValidationError, match=r"metadata.*the limit is 64"):
+        agent.chat("hi", object(), metadata={"x": nested(299)})
+    assert nothing_written(jobs, agent)
+
+
+def test_a_model_that_streams_data_too_deep_fails_its_turn_not_the_agent(jobs: ThinkJobs) -> None:
+    agent = jobs.get_agent(DeepData, "a")
+    result = agent.save_messages([user("go")])
+    assert result.status == "error"
+    assert "could not be stored" in (result.error or "") and "the limit is 64" in (
+        result.error or ""
+    )
+    assert [m.role for m in agent.get_messages()] == ["user"]  # the history still reads back
+
+
+def test_a_tool_whose_output_is_too_deep_reports_an_error_to_the_model(jobs: ThinkJobs) -> None:
+    agent = jobs.get_agent(DeepTool, "a")
+    assert agent.save_messages([user("go")]).status == "completed"
+    [_, reply] = agent.get_messages()
+    [tool_part] = [p for p in reply.parts if p.type == "tool-deep"]
+    assert tool_part.state == "output-error" and "the limit is 64" in (tool_part.error_text or "")
+
+
+def test_a_messages_function_that_raises_fails_its_turn_and_the_next_turn_runs(
+    jobs: ThinkJobs,
+) -> None:
+    agent = jobs.get_agent(Recorder, "a")
+
+    def broken(current: list[Any]) -> list[Any]:
+        raise RuntimeError("could not build the messages")
+
+    failed = agent.save_messages(broken)
+    assert (failed.status, failed.error) == ("error", "could not build the messages")
+    assert agent.save_messages([user('{"text": "fine"}')]).status == "completed"

@@ -13,10 +13,9 @@ from collections.abc import Callable
 
 from tests.support.builders import user
 from think_jobs import Think, ThinkJobs, worker
-from think_jobs.context import utcnow
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import turns as turn_ops
-from think_jobs.execution import claim
+from think_jobs.execution import Claimed, claim
 from think_jobs.models import ScriptedModel
 from think_jobs.queueing import AgentRef, Claim, admit_submission
 
@@ -38,8 +37,8 @@ def queued(jobs: ThinkJobs, count: int) -> tuple[AgentRef, list[str]]:
 
 def claimed(jobs: ThinkJobs, agent: AgentRef) -> Claim:
     result = claim(jobs, agent)
-    assert isinstance(result, Claim), result
-    return result
+    assert isinstance(result, Claimed), result
+    return result.claim
 
 
 def drop_lease(jobs: ThinkJobs, taken: Claim) -> None:
@@ -84,7 +83,6 @@ def admitted_as_head(jobs: ThinkJobs, agent: AgentRef, text: str) -> bool:
             agent.id,
             submission_id=None,
             idempotency_key=None,
-            now=utcnow(),
             trigger="submission",
             messages=[user(text)],
         )
@@ -101,12 +99,12 @@ def test_an_admission_is_the_head_only_with_nothing_in_front_and_no_lease(
     taken = claimed(jobs, agent)
     assert not admitted_as_head(jobs, agent, "third")  # the lease is held
     with jobs.db.write() as conn:
-        turn_ops.finish_turn(conn, taken.turn, status="completed", error=None, now=utcnow())
+        turn_ops.finish_turn(conn, taken.turn, status="completed", error=None)
         agent_ops.release_lease(conn, taken.agent_id, taken.token)
     assert not admitted_as_head(jobs, agent, "fourth")  # "second" is still in front
     with jobs.db.write() as conn:
         for turn in turn_ops.active_turns(conn, agent.id):
-            turn_ops.end_turn(conn, turn.id, status="skipped", error=None, now=utcnow())
+            turn_ops.end_turn(conn, turn.id, status="skipped", error=None)
     assert admitted_as_head(jobs, agent, "fifth")  # everything in front has finished
 
 
@@ -115,7 +113,7 @@ def test_a_claim_knows_whether_turns_wait_behind_it(jobs: ThinkJobs) -> None:
     first = claimed(jobs, agent)
     assert first.queued_behind
     with jobs.db.write() as conn:
-        turn_ops.finish_turn(conn, first.turn, status="completed", error=None, now=utcnow())
+        turn_ops.finish_turn(conn, first.turn, status="completed", error=None)
         agent_ops.release_lease(conn, first.agent_id, first.token)
     assert not claimed(jobs, agent).queued_behind
 
@@ -130,5 +128,5 @@ def test_a_drain_runs_what_is_queued_and_then_gives_the_lease_back(
     statuses = [inspection.status for i in ids if (inspection := quiet.inspect_submission(i))]
     assert statuses == ["completed"] * 3
     with jobs.db.read() as conn:
-        assert not agent_ops.lease_is_live(conn, agent.id, now=utcnow())
+        assert not agent_ops.lease_is_live(conn, agent.id)
     assert worker.drain(jobs, agent.id) == "idle"

@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pytest
 
 from tests.apps.agents import Recorder
-from tests.support.builders import directive, wait_for_status, wait_until
+from tests.support.builders import buffer_key, directive, wait_for_status, wait_until
 from tests.support.processes import free_port
-from think_jobs import BrokerUnavailableError, StreamEvent, ThinkJobs
+from think_jobs import BrokerUnavailableError, StreamEvent, ThinkJobs, UnknownRequestError
 from think_jobs.testing import worker
 
 WORDS = " ".join(f"w{i}" for i in range(40))
@@ -30,7 +30,7 @@ def assert_complete_stream(events: list[StreamEvent]) -> None:
 def test_subscriber_joining_mid_stream_gets_every_chunk_once_in_order(jobs: ThinkJobs) -> None:
     agent = jobs.get_agent(Recorder, "a")
     result = agent.submit_messages([directive(label="s", text=WORDS, delay_s=0.01)])
-    buffer = jobs.keys.stream_buffer(agent.address, result.submission_id)
+    buffer = buffer_key(agent, result.submission_id)
     with worker(jobs):
         wait_until(lambda: jobs.redis.llen(buffer) >= 10)
         events = list(agent.stream(result.submission_id, timeout_s=30))
@@ -57,7 +57,7 @@ def test_stream_chunks_use_ai_sdk_wire_keys(jobs: ThinkJobs) -> None:
     assert start is not None and start["type"] == "start" and "messageId" in start
     stored = agent.get_messages()[-1]
     assert start["messageId"] == stored.id  # the streamed message is the stored message
-    raw = jobs.redis.lrange(jobs.keys.stream_buffer(agent.address, result.submission_id), 0, 0)
+    raw = jobs.redis.lrange(buffer_key(agent, result.submission_id), 0, 0)
     assert json.loads(raw[0])["chunk"] == {"type": "start", "messageId": stored.id}
 
 
@@ -90,6 +90,13 @@ def test_reading_a_stream_without_redis_raises_broker_unavailable(
 ) -> None:
     jobs = make_jobs(redis_url=f"redis://127.0.0.1:{free_port()}/0")
     agent = jobs.get_agent(Recorder, "a")
+    accepted = agent.submit_messages([directive(label="s", text="hi")])  # the row is the record
     with pytest.raises(BrokerUnavailableError, match="Redis unavailable") as raised:
-        list(agent.stream("any-request", timeout_s=1))
+        list(agent.stream(accepted.submission_id, timeout_s=1))
     assert raised.value.__cause__ is not None
+
+
+def test_streaming_an_unknown_request_says_so(jobs: ThinkJobs) -> None:
+    agent = jobs.get_agent(Recorder, "a")
+    with pytest.raises(UnknownRequestError, match="no request 'nope' for agent Recorder:a"):
+        agent.stream("nope")

@@ -9,7 +9,14 @@ import pytest
 from sqlalchemy import func, select
 
 from tests.apps.agents import Recorder, Support, read_events
-from tests.support.builders import directive, texts, user, wait_for_status, wait_until
+from tests.support.builders import (
+    buffer_key,
+    directive,
+    texts,
+    user,
+    wait_for_status,
+    wait_until,
+)
 from think_jobs import (
     EmptySubmissionError,
     InvalidInputError,
@@ -256,7 +263,7 @@ def test_cancel_mid_stream_stops_within_a_chunk_and_keeps_the_partial(jobs: Thin
     agent = jobs.get_agent(Recorder, "a")
     words = " ".join(f"w{i}" for i in range(200))
     result = agent.submit_messages([directive("m1", label="long", delay_s=0.02, text=words)])
-    buffer = jobs.keys.stream_buffer(agent.address, result.submission_id)
+    buffer = buffer_key(agent, result.submission_id)
 
     def deltas_published() -> int:
         return sum(1 for raw in jobs.redis.lrange(buffer, 0, -1) if b'"text-delta"' in raw)

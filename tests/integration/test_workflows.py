@@ -27,7 +27,7 @@ from tests.apps.workflow_agents import (
     posted_key,
     read_list,
 )
-from tests.support.builders import directive, texts, wait_for_status
+from tests.support.builders import buffer_key, directive, texts, wait_for_status
 from tests.support.ordering import (
     agents_ran_in_parallel,
     order_violations,
@@ -199,6 +199,38 @@ def test_step_redelivered_after_its_worker_is_killed_submits_once(
     assert submission.idempotency_key == f"think-workflow:{turn_id}"
     assert [role for role, _ in texts(agent)] == ["user", "assistant"]
     assert [e["label"] for e in read_events(jobs) if e["what"] == "start"] == ["once"]
+
+
+def test_a_step_waiting_on_a_turn_goes_on_when_its_worker_is_killed(
+    make_jobs: Callable[..., ThinkJobs], settings_env: dict[str, str]
+) -> None:
+    """The only worker is SIGKILLed while the step waits on its turn (the broker's visibility
+    timeout is the default six hours): the turn recovers on a new worker, and its end sends
+    the step on — the step held no message the kill could strand."""
+    jobs = make_jobs()
+    text = " ".join(f"w{i}" for i in range(60))
+    flow = chain(
+        jobs.turn.s("Recorder", "wf", messages=[directive(label="slow", text=text, delay_s=0.05)]),
+        step(jobs, "tests.post", channel="#ops"),
+    )
+    fast = {**settings_env, "THINK_JOBS_LEASE_TTL_S": "1.5", "THINK_JOBS_SWEEP_INTERVAL_S": "0.5"}
+    agent = jobs.get_agent(Recorder, "wf")
+    with worker_processes(fast, count=1, app=APP) as [only]:
+        result = flow.apply_async()
+        wait_until(lambda: jobs.redis.llen(buffer_key(agent, _only_submission(agent))) > 10, 30)
+        only.kill()
+    with worker_processes(fast, count=1, app=APP):
+        final = result.get(timeout=TIMEOUT_S)
+    [reply] = [m for m in agent.get_messages() if m.role == "assistant"]
+    assert final == {"channel": "#ops", "posted": message_text(reply)}
+    assert message_text(reply).endswith(text)  # the partial, then its continuation
+    [submission] = agent.list_submissions()
+    assert submission.attempt >= 2
+
+
+def _only_submission(agent: Think) -> str:
+    found = agent.list_submissions()
+    return found[0].submission_id if found else "none-yet"
 
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)

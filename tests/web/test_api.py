@@ -341,6 +341,10 @@ def test_storage_down_is_503(make_jobs: Callable[..., ThinkJobs]) -> None:
 
 def test_redis_down_is_503_for_streams(make_jobs: Callable[..., ThinkJobs]) -> None:
     client = _app_with(make_jobs, redis_url=f"redis://127.0.0.1:{free_port()}/0")
-    response = client.get(agent_url(rest="/requests/r-1/stream"), headers=FULL)
+    body = {"messages": [user("hi")]}
+    accepted = client.post(agent_url(rest="/submissions"), json=body, headers=FULL)
+    assert accepted.status_code == 202  # accepted without Redis: the row is the record
+    request_id = accepted.json["submission_id"]  # type: ignore[index]
+    response = client.get(agent_url(rest=f"/requests/{request_id}/stream"), headers=FULL)
     assert response.status_code == 503
     assert error_of(response)["type"] == "broker_unavailable"

@@ -8,7 +8,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.apps.agents import Recorder
-from tests.support.builders import directive, user, wait_for_status
+from tests.support.builders import buffer_key, directive, user, wait_for_status
 from tests.web.conftest import TEST_CONFIG
 from tests.web.support import FULL, SseEvent, agent_url, read_all, sse_events, stream_text
 from think_jobs import ThinkJobs
@@ -74,7 +74,8 @@ def test_last_event_id_and_after_seq_resume(client: FlaskClient, web_jobs: Think
     assert first_id(last_event_id="5") == 6
     assert first_id(after_seq="9") == 10
     assert first_id(last_event_id="12", after_seq="3") == 13  # the later one wins
-    assert first_id(last_event_id="garbage") == 0
+    garbage = client.get(stream_url(request_id), headers={**FULL, "Last-Event-ID": "garbage"})
+    assert garbage.status_code == 400  # ASCII digits only (issue 15)
     last = client.get(stream_url(request_id), headers={**FULL, "Last-Event-ID": str(total - 1)})
     assert [e.data for e in read_all(last) if e.data] == ["[DONE]"]  # nothing left to send
 
@@ -145,7 +146,7 @@ def test_a_finished_turn_whose_events_expired_still_ends(
 ) -> None:
     request_id = completed(client, web_jobs)
     agent = web_jobs.get_agent(Recorder, "a")
-    web_jobs.redis.delete(web_jobs.keys.stream_buffer(agent.address, request_id))
+    web_jobs.redis.delete(buffer_key(agent, request_id))
     events = read_all(client.get(stream_url(request_id), headers=FULL))
     assert_ai_sdk_stream(events, "completed")
 

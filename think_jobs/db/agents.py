@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, case, func, or_, select, union, update
 
-from think_jobs.db.dialect import insert_ignoring_conflicts
+from think_jobs.db.dialect import db_now, db_now_plus, insert_ignoring_conflicts, seconds_param
 from think_jobs.db.tables import agents, turns
 
 
-def ensure_agent(conn: Connection, agent_type: str, agent_name: str, *, now: datetime) -> int:
+def ensure_agent(conn: Connection, agent_type: str, agent_name: str) -> int:
     """The agent's row id, creating the row on first use (safe under concurrent callers)."""
     conn.execute(
         insert_ignoring_conflicts(conn, agents).values(
-            agent_type=agent_type, agent_name=agent_name, admitted=0, created_at=now
+            agent_type=agent_type, agent_name=agent_name, admitted=0, created_at=db_now()
         )
     )
     found = find_agent_id(conn, agent_type, agent_name)
@@ -40,17 +40,21 @@ def agent_identity(conn: Connection, agent_id: int) -> tuple[str, str] | None:
 
 @dataclass(frozen=True)
 class Admitted:
-    """The number a new turn gets, and whether the agent's lease was held at that moment."""
+    """The number a new turn gets, whether the agent's lease was live at that moment, and the
+    database server's time then."""
 
     seq: int
-    lease_expires_at: datetime | None
+    lease_held: bool
+    now: datetime
 
+
+_LEASE_LIVE = func.coalesce(agents.c.lease_expires_at > db_now(), False)
 
 _NEXT_ADMISSION = (
     update(agents)
     .where(agents.c.id == bindparam("agent_id"))
     .values(admitted=agents.c.admitted + 1)
-    .returning(agents.c.admitted, agents.c.lease_expires_at)
+    .returning(agents.c.admitted, _LEASE_LIVE, db_now())
 )
 
 
@@ -61,46 +65,53 @@ def next_admission(conn: Connection, agent_id: int) -> Admitted:
     per agent, and concurrent admissions with the same idempotency key serialise here.
     """
     row = conn.execute(_NEXT_ADMISSION, {"agent_id": agent_id}).one()
-    return Admitted(int(row[0]), row[1])
+    return Admitted(int(row[0]), bool(row[1]), row[2])
 
+
+@dataclass(frozen=True)
+class Held:
+    """A lease taken or renewed: the agent's admission count (the highest seq handed out so
+    far) and the database server's time as it was written."""
+
+    admitted: int
+    now: datetime
+
+
+_EXPIRES = db_now_plus(seconds_param("ttl_s"))
 
 _ACQUIRE = (
     update(agents)
     .where(
         agents.c.id == bindparam("agent_id"),
-        or_(agents.c.lease_token.is_(None), agents.c.lease_expires_at < bindparam("now")),
+        or_(agents.c.lease_token.is_(None), agents.c.lease_expires_at < db_now()),
     )
-    .values(lease_token=bindparam("token"), lease_expires_at=bindparam("expires"))
-    .returning(agents.c.admitted)
+    .values(lease_token=bindparam("token"), lease_expires_at=_EXPIRES)
+    .returning(agents.c.admitted, db_now())
 )
 
 
-def try_acquire_lease(
-    conn: Connection, agent_id: int, token: str, *, now: datetime, ttl: timedelta
-) -> int | None:
-    """Take the agent's lease if it is free or expired: the agent's admission count (the
-    highest seq handed out so far), or None when the lease is held by someone else."""
-    values = {"agent_id": agent_id, "now": now, "token": token, "expires": now + ttl}
-    admitted: int | None = conn.execute(_ACQUIRE, values).scalar_one_or_none()
-    return admitted
+def try_acquire_lease(conn: Connection, agent_id: int, token: str, *, ttl_s: float) -> Held | None:
+    """Take the agent's lease if it is free or expired (by the database server's clock);
+    None when someone else holds it."""
+    values = {"agent_id": agent_id, "token": token, "ttl_s": ttl_s}
+    row = conn.execute(_ACQUIRE, values).one_or_none()
+    return None if row is None else Held(int(row[0]), row[1])
 
 
 _RENEW = (
     update(agents)
     .where(agents.c.id == bindparam("agent_id"), agents.c.lease_token == bindparam("token"))
-    .values(lease_expires_at=bindparam("expires"))
-    .returning(agents.c.admitted)
+    .values(lease_expires_at=_EXPIRES)
+    .returning(agents.c.admitted, db_now())
 )
 
 
-def renew_lease(
-    conn: Connection, agent_id: int, token: str, *, now: datetime, ttl: timedelta
-) -> int | None:
-    """Extend a lease we hold: the agent's admission count, or None if the lease was lost
-    (expired and taken, or released)."""
-    values = {"agent_id": agent_id, "token": token, "expires": now + ttl}
-    admitted: int | None = conn.execute(_RENEW, values).scalar_one_or_none()
-    return admitted
+def renew_lease(conn: Connection, agent_id: int, token: str, *, ttl_s: float) -> Held | None:
+    """Extend a lease we hold, and lock the agent row until commit (so nobody can take the
+    lease before this transaction ends); None if the lease was lost (taken, or released)."""
+    values = {"agent_id": agent_id, "token": token, "ttl_s": ttl_s}
+    row = conn.execute(_RENEW, values).one_or_none()
+    return None if row is None else Held(int(row[0]), row[1])
 
 
 _RELEASE = (
@@ -111,13 +122,13 @@ _RELEASE = (
 
 
 def release_lease(conn: Connection, agent_id: int, token: str) -> bool:
+    """Give a lease we hold back; False if it was not ours any more. Locks the agent row."""
     return conn.execute(_RELEASE, {"agent_id": agent_id, "token": token}).rowcount == 1
 
 
-def lease_is_live(conn: Connection, agent_id: int, *, now: datetime) -> bool:
-    query = select(agents.c.lease_expires_at).where(agents.c.id == agent_id)
-    expires = conn.execute(query).scalar_one_or_none()
-    return expires is not None and expires >= now
+def lease_is_live(conn: Connection, agent_id: int) -> bool:
+    query = select(_LEASE_LIVE).where(agents.c.id == agent_id)
+    return bool(conn.execute(query).scalar_one_or_none())
 
 
 def set_last_body(conn: Connection, agent_id: int, body: dict[str, Any] | None) -> None:
@@ -129,7 +140,7 @@ def get_last_body(conn: Connection, agent_id: int) -> dict[str, Any] | None:
     return conn.execute(query).scalar_one_or_none()
 
 
-def agents_needing_a_drain(conn: Connection, *, now: datetime, limit: int) -> list[int]:
+def agents_needing_a_drain(conn: Connection, *, limit: int) -> list[int]:
     """Agents with pending turns whose lease is free or expired (the sweeper enqueues them).
 
     Driven from the active turns (an index probe per status), so its cost follows the work
@@ -143,7 +154,7 @@ def agents_needing_a_drain(conn: Connection, *, now: datetime, limit: int) -> li
         select(agents.c.id)
         .where(
             agents.c.id.in_(select(active.c.agent_id)),
-            or_(agents.c.lease_expires_at.is_(None), agents.c.lease_expires_at < now),
+            or_(agents.c.lease_expires_at.is_(None), agents.c.lease_expires_at < db_now()),
         )
         .order_by(agents.c.id)
         .limit(limit)

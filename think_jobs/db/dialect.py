@@ -1,4 +1,4 @@
-"""The statements that differ between SQLite and PostgreSQL: INSERT ... ON CONFLICT.
+"""What differs between SQLite and PostgreSQL: INSERT ... ON CONFLICT, and the clock.
 
 Each is built once per (dialect, table) and reused: building a statement costs more CPU than
 executing a cached one.
@@ -7,12 +7,18 @@ executing a cached one.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Table
+from sqlalchemy import BindParameter, Connection, Float, Table, bindparam
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.dml import Insert
+from sqlalchemy.sql.functions import FunctionElement
+
+from think_jobs.db.tables import UTCDateTime
 
 
 def _module(dialect: str) -> Any:
@@ -54,3 +60,55 @@ def upsert(
     """INSERT ``values``, or UPDATE the ``update`` columns of the row with the same ``keys``."""
     statement = _upserting(conn.dialect.name, table, tuple(keys), tuple(update))
     conn.execute(statement, values)
+
+
+# -- the database server's clock ---------------------------------------------------------------
+# Lease expiry, liveness and the timestamps that order a turn's life are taken from the
+# database server's clock inside the statements that use them, so a worker whose own clock is
+# wrong can neither steal a live lease nor keep a dead one (SQLite: all processes share one
+# machine and its clock).
+
+_SQLITE_NOW = "strftime('%Y-%m-%d %H:%M:%f000', 'now'{})"  # the format SQLAlchemy stores
+
+
+class db_now(FunctionElement[datetime]):
+    """The database server's current time (PostgreSQL: ``clock_timestamp()``)."""
+
+    type = UTCDateTime()
+    inherit_cache = True
+    name = "db_now"
+
+
+class db_now_plus(FunctionElement[datetime]):
+    """The database server's time ``seconds`` from now (``seconds``: a numeric expression)."""
+
+    type = UTCDateTime()
+    inherit_cache = True
+    name = "db_now_plus"
+
+
+@compiles(db_now, "postgresql")
+def _pg_now(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    return "clock_timestamp()"
+
+
+@compiles(db_now, "sqlite")
+def _sqlite_now(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    return _SQLITE_NOW.format("")
+
+
+@compiles(db_now_plus, "postgresql")
+def _pg_now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
+    seconds = compiler.process(element.clauses, **kw)
+    return f"(clock_timestamp() + make_interval(secs => CAST({seconds} AS DOUBLE PRECISION)))"
+
+
+@compiles(db_now_plus, "sqlite")
+def _sqlite_now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
+    seconds = compiler.process(element.clauses, **kw)
+    return _SQLITE_NOW.format(f", printf('%+.6f seconds', {seconds})")
+
+
+def seconds_param(name: str) -> BindParameter[float]:
+    """A bind parameter holding a duration in seconds (for ``db_now_plus``)."""
+    return bindparam(name, type_=Float())

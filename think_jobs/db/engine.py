@@ -26,6 +26,16 @@ from sqlalchemy.engine import make_url
 from think_jobs.errors import ConfigurationError, StorageUnavailableError
 
 _WRITE = "think_jobs_write"
+# A TCP connection to a server that vanished does not fail, it hangs: bound connecting, and
+# let keepalives and the unacknowledged-data timeout notice a dead peer within ~15 s.
+_PG_CONNECT = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 15_000,
+}
 _RESTED_SINCE = "think_jobs_rested_since"
 PING_AFTER_IDLE_S = 1.0
 _NOT_MIGRATED = (
@@ -85,7 +95,7 @@ def create_db_engine(url: str, *, pool_size: int) -> Engine:
         parsed,
         pool_size=pool_size,
         max_overflow=pool_size,
-        connect_args={"connect_timeout": 5} if parsed.get_backend_name() == "postgresql" else {},
+        connect_args=_PG_CONNECT if parsed.get_backend_name() == "postgresql" else {},
     )
     _ping_rested_connections(engine)
     return engine

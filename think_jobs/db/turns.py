@@ -8,13 +8,19 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    Boolean,
     Connection,
+    Float,
+    Integer,
     Row,
     Select,
     bindparam,
+    case,
+    cast,
     delete,
     func,
     literal,
+    null,
     or_,
     select,
     tuple_,
@@ -22,6 +28,7 @@ from sqlalchemy import (
     update,
 )
 
+from think_jobs.db.dialect import db_now, db_now_plus, seconds_param
 from think_jobs.db.tables import turns
 
 ACTIVE = ("pending", "running")
@@ -79,11 +86,11 @@ _INSERT_DEFAULTS: dict[str, Any] = {
     "body": None,
     "error": None,
     "assistant_message_id": None,
-    "caller_expires_at": None,
     "trace_context": None,
     "started_at": None,
     "completed_at": None,
 }
+_CALLER_TTL = seconds_param("caller_ttl_s")
 
 
 def get_turn_by_id(conn: Connection, turn_id: int) -> TurnRecord | None:
@@ -136,12 +143,19 @@ _HEAD_BRIEF = _head_query(turns.c.seq, turns.c.kind, turns.c.status, turns.c.mes
 
 
 def _insert_statement() -> Any:
-    """INSERT a turn, RETURNING its id and the seq of the agent's head (active turn of lowest
-    seq). Read by a statement of its own, so PostgreSQL takes its snapshot after the caller
-    locked the agent row: a turn finished and released before that lock is seen as finished."""
+    """INSERT a turn, RETURNING its id, its database-clock times and the seq of the agent's
+    head (active turn of lowest seq). Read by a statement of its own, so PostgreSQL takes its
+    snapshot after the caller locked the agent row: a turn finished and released before that
+    lock is seen as finished. ``caller_ttl_s`` (blocking turns) sets the caller's liveness."""
     head = _head_query(turns.c.seq, agent_param="head_of").subquery()
     head_seq = select(head.c.seq).scalar_subquery().label("head_seq")
-    return turns.insert().returning(turns.c.id, head_seq)
+    unset = cast(_CALLER_TTL, Float).is_(None)  # typed: PostgreSQL must know the NULL's type
+    caller_expires = case((unset, null()), else_=db_now_plus(_CALLER_TTL))
+    return (
+        turns.insert()
+        .values(created_at=db_now(), caller_expires_at=caller_expires)
+        .returning(turns.c.id, turns.c.created_at, turns.c.caller_expires_at, head_seq)
+    )
 
 
 _INSERT = _insert_statement()
@@ -153,11 +167,17 @@ class Inserted:
     is_head: bool  # no active turn of the agent comes before it
 
 
-def insert_turn(conn: Connection, **values: Any) -> Inserted:
+def insert_turn(conn: Connection, *, caller_ttl_s: float | None = None, **values: Any) -> Inserted:
     """Insert a turn row, and say whether it is the agent's head (one round trip)."""
     row = {**_INSERT_DEFAULTS, **values}
-    inserted = conn.execute(_INSERT, {**row, "head_of": row["agent_id"]}).one()
-    turn = TurnRecord(id=inserted.id, **row)
+    params = {**row, "head_of": row["agent_id"], "caller_ttl_s": caller_ttl_s}
+    inserted = conn.execute(_INSERT, params).one()
+    turn = TurnRecord(
+        id=inserted.id,
+        created_at=inserted.created_at,
+        caller_expires_at=inserted.caller_expires_at,
+        **row,
+    )
     # SQLite's RETURNING may already see the new row; PostgreSQL's does not.
     return Inserted(turn, is_head=inserted.head_seq is None or inserted.head_seq >= turn.seq)
 
@@ -189,15 +209,22 @@ def replace_record(turn: TurnRecord, **changes: Any) -> TurnRecord:
 
 _START = (
     update(turns)
-    .where(turns.c.id == bindparam("turn_id"))
+    .where(
+        turns.c.id == bindparam("turn_id"),
+        turns.c.attempt == bindparam("previous_attempt"),
+        turns.c.status.in_(ACTIVE),
+    )
     .values(
         status="running",
-        attempt=bindparam("attempt"),
-        recoveries=bindparam("recoveries"),
-        started_at=bindparam("started_at"),
-        assistant_message_id=bindparam("assistant_message_id"),
-        messages_applied=bindparam("messages_applied"),
+        attempt=turns.c.attempt + 1,
+        recoveries=turns.c.recoveries + bindparam("recovering", type_=Integer()),
+        started_at=func.coalesce(turns.c.started_at, db_now()),
+        assistant_message_id=func.coalesce(
+            turns.c.assistant_message_id, bindparam("new_message_id")
+        ),
+        messages_applied=or_(turns.c.messages_applied, bindparam("applying", type_=Boolean())),
     )
+    .returning(*turns.c)
 )
 
 
@@ -205,22 +232,22 @@ def start_attempt(
     conn: Connection,
     turn: TurnRecord,
     *,
-    now: datetime,
     assistant_message_id: str,
     recovering: bool,
     applying: bool = False,
-) -> TurnRecord:
+) -> TurnRecord | None:
     """Mark the turn running for a new attempt (the caller holds the agent's lease);
-    ``applying`` also records that its messages are being applied in this transaction."""
-    changes: dict[str, Any] = {
-        "attempt": turn.attempt + 1,
-        "recoveries": turn.recoveries + (1 if recovering else 0),
-        "started_at": turn.started_at or now,
-        "assistant_message_id": turn.assistant_message_id or assistant_message_id,
-        "messages_applied": turn.messages_applied or applying,
+    ``applying`` also records that its messages are being applied in this transaction.
+    None when the turn changed since ``turn`` was read (look at the head again)."""
+    values = {
+        "turn_id": turn.id,
+        "previous_attempt": turn.attempt,
+        "recovering": 1 if recovering else 0,
+        "new_message_id": assistant_message_id,
+        "applying": applying,
     }
-    conn.execute(_START, {"turn_id": turn.id, **changes})
-    return replace(turn, status="running", **changes)
+    row = conn.execute(_START, values).one_or_none()
+    return None if row is None else _record(row)
 
 
 def _start_fresh_head_statement() -> Any:
@@ -237,9 +264,7 @@ def _start_fresh_head_statement() -> Any:
         .values(
             status="running",
             attempt=turns.c.attempt + 1,
-            started_at=func.coalesce(
-                turns.c.started_at, bindparam("now", type_=turns.c.started_at.type)
-            ),
+            started_at=func.coalesce(turns.c.started_at, db_now()),
             assistant_message_id=func.coalesce(
                 turns.c.assistant_message_id, bindparam("new_message_id")
             ),
@@ -253,13 +278,13 @@ _START_FRESH_HEAD = _start_fresh_head_statement()
 
 
 def start_fresh_head(
-    conn: Connection, agent_id: int, *, now: datetime, assistant_message_id: str
+    conn: Connection, agent_id: int, *, assistant_message_id: str
 ) -> TurnRecord | None:
     """The common case of a claim in one round trip: when the agent's head is a pending
     submission whose messages are not applied yet, mark it running (its messages being applied
     in this transaction) and return it. None means "look at the head" (``head_turn``): there is
     none, or it is running, blocking, or handed to recovery."""
-    values = {"head_of": agent_id, "now": now, "new_message_id": assistant_message_id}
+    values = {"head_of": agent_id, "new_message_id": assistant_message_id}
     row = conn.execute(_START_FRESH_HEAD, values).one_or_none()
     return None if row is None else _record(row)
 
@@ -268,6 +293,20 @@ def mark_messages_applied(conn: Connection, turn_id: int) -> None:
     conn.execute(update(turns).where(turns.c.id == turn_id).values(messages_applied=True))
 
 
+# A follow-up is due as soon as its turn ends; whoever takes it for sending (the process that
+# ended the turn, else a sweeper) makes it due again this much later, in case it dies before
+# confirming the send.
+FOLLOWUP_RESEND_AFTER_S = 10.0
+_RESEND_AT = db_now_plus(literal(FOLLOWUP_RESEND_AFTER_S))
+
+_ENDED = {
+    "status": bindparam("status"),
+    "error": bindparam("error"),
+    "completed_at": db_now(),
+    "followup_due_at": case((turns.c.followup.is_(None), null()), else_=db_now()),
+}
+_ENDED_RETURNING = (turns.c.completed_at, turns.c.followup)
+
 _FINISH = (
     update(turns)
     .where(
@@ -275,17 +314,31 @@ _FINISH = (
         turns.c.status == "running",
         turns.c.attempt == bindparam("current_attempt"),
     )
-    .values(status=bindparam("status"), error=bindparam("error"), completed_at=bindparam("now"))
+    .values(**_ENDED)
+    .returning(*_ENDED_RETURNING)
 )
 
 
+@dataclass(frozen=True)
+class Ended:
+    """A turn moved to a terminal status: when (the database's clock), and the follow-up
+    task message to send now that it ended, if one was registered."""
+
+    completed_at: datetime
+    followup: dict[str, Any] | None
+
+
+def _ended(row: Row[Any] | None) -> Ended | None:
+    return None if row is None else Ended(row.completed_at, row.followup)
+
+
 def finish_turn(
-    conn: Connection, turn: TurnRecord, *, status: str, error: str | None, now: datetime
-) -> bool:
-    """Write the final status iff the turn is still running this attempt (never overwrites)."""
-    values: dict[str, Any] = {"turn_id": turn.id, "current_attempt": turn.attempt}
-    values |= {"status": status, "error": error, "now": now}
-    return conn.execute(_FINISH, values).rowcount == 1
+    conn: Connection, turn: TurnRecord, *, status: str, error: str | None
+) -> Ended | None:
+    """Write the final status iff the turn is still running this attempt (never overwrites);
+    None when it was not written."""
+    values = {"turn_id": turn.id, "current_attempt": turn.attempt, "status": status}
+    return _ended(conn.execute(_FINISH, {**values, "error": error}).one_or_none())
 
 
 def end_turn(
@@ -294,16 +347,54 @@ def end_turn(
     *,
     status: str,
     error: str | None,
-    now: datetime,
     from_statuses: Sequence[str] = ACTIVE,
-) -> bool:
+) -> Ended | None:
     """Move a turn to a terminal status iff it is currently in ``from_statuses``."""
     statement = (
         update(turns)
         .where(turns.c.id == turn_id, turns.c.status.in_(from_statuses))
-        .values(status=status, error=error, completed_at=now)
+        .values(**_ENDED)
+        .returning(*_ENDED_RETURNING)
+    )
+    return _ended(conn.execute(statement, {"status": status, "error": error}).one_or_none())
+
+
+def set_followup(conn: Connection, turn_id: int, followup: dict[str, Any]) -> bool:
+    """Register the task message to send when the turn ends; False if it already ended."""
+    statement = (
+        update(turns)
+        .where(turns.c.id == turn_id, turns.c.status.in_(ACTIVE))
+        .values(followup=followup)
     )
     return conn.execute(statement).rowcount == 1
+
+
+def due_followups(conn: Connection, *, limit: int) -> list[int]:
+    """Ended turns whose follow-up is due: not taken for sending yet, or taken and not
+    confirmed in time (oldest due first)."""
+    query = (
+        select(turns.c.id)
+        .where(turns.c.followup_due_at <= db_now())
+        .order_by(turns.c.followup_due_at)
+        .limit(limit)
+    )
+    return list(conn.execute(query).scalars())
+
+
+def claim_followup(conn: Connection, turn_id: int) -> dict[str, Any] | None:
+    """Take a due follow-up for sending (it becomes due again later if not confirmed)."""
+    statement = (
+        update(turns)
+        .where(turns.c.id == turn_id, turns.c.followup_due_at <= db_now())
+        .values(followup_due_at=_RESEND_AT)
+        .returning(turns.c.followup)
+    )
+    followup: dict[str, Any] | None = conn.execute(statement).scalar_one_or_none()
+    return followup
+
+
+def followup_sent(conn: Connection, turn_id: int) -> None:
+    conn.execute(update(turns).where(turns.c.id == turn_id).values(followup_due_at=None))
 
 
 def requeue_turn(conn: Connection, turn: TurnRecord) -> bool:
@@ -325,8 +416,14 @@ def note_recovery(conn: Connection, turn_id: int, *, recoveries: int, at_seq: in
     )
 
 
-def refresh_caller(conn: Connection, turn_id: int, *, until: datetime) -> None:
-    conn.execute(update(turns).where(turns.c.id == turn_id).values(caller_expires_at=until))
+def refresh_caller(conn: Connection, turn_id: int, *, ttl_s: float) -> None:
+    """The blocking caller of ``turn_id`` is alive for another ``ttl_s`` (database clock)."""
+    statement = (
+        update(turns)
+        .where(turns.c.id == turn_id)
+        .values(caller_expires_at=db_now_plus(seconds_param("ttl_s")))
+    )
+    conn.execute(statement, {"ttl_s": ttl_s})
 
 
 def active_turns(conn: Connection, agent_id: int) -> list[TurnRecord]:
@@ -360,14 +457,20 @@ def list_submissions(
     return [_record(row) for row in conn.execute(query)]
 
 
-def delete_terminal_submission(conn: Connection, agent_id: int, submission_id: str) -> bool:
-    statement = delete(turns).where(
-        turns.c.agent_id == agent_id,
-        turns.c.request_id == submission_id,
-        turns.c.kind == "submission",
-        turns.c.status.in_(TERMINAL),
+def delete_terminal_submission(conn: Connection, agent_id: int, submission_id: str) -> int | None:
+    """Delete the submission iff it is terminal; its row id, or None."""
+    statement = (
+        delete(turns)
+        .where(
+            turns.c.agent_id == agent_id,
+            turns.c.request_id == submission_id,
+            turns.c.kind == "submission",
+            turns.c.status.in_(TERMINAL),
+        )
+        .returning(turns.c.id)
     )
-    return conn.execute(statement).rowcount == 1
+    deleted: int | None = conn.execute(statement).scalar_one_or_none()
+    return deleted
 
 
 def delete_terminal_submissions(
@@ -377,8 +480,9 @@ def delete_terminal_submissions(
     statuses: Sequence[str],
     completed_before: datetime | None,
     limit: int,
-) -> int:
-    """Delete up to ``limit`` terminal submissions, oldest completed first."""
+) -> dict[int, str]:
+    """Delete up to ``limit`` terminal submissions, oldest completed first; their row ids and
+    request ids."""
     chosen = (
         select(turns.c.id)
         .where(
@@ -393,5 +497,6 @@ def delete_terminal_submissions(
         chosen = chosen.where(turns.c.completed_at < completed_before)
     ids = list(conn.execute(chosen).scalars())
     if not ids:
-        return 0
-    return conn.execute(delete(turns).where(turns.c.id.in_(ids))).rowcount
+        return {}
+    statement = delete(turns).where(turns.c.id.in_(ids)).returning(turns.c.id, turns.c.request_id)
+    return {row.id: row.request_id for row in conn.execute(statement)}

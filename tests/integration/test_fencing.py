@@ -1,0 +1,186 @@
+"""Fenced execution (issue 14): an attempt that lost its turn can never write again, in the
+database or the stream.
+
+A paused executor is made deterministic here: its model waits on a gate (as if the process
+were stopped), its lease is made to expire by the database's clock (as if the pause outlasted
+``lease_ttl_s``; the TTL is long so its own heartbeat does not renew it meanwhile), and another
+claimer recovers the turn and completes it. Then the gate opens and the stale attempt carries
+on, as a process resumed with SIGCONT would. The process-level faults (SIGSTOP, partitions,
+skewed clocks) are in ``test_faults_fencing.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy import update
+
+from tests.support.builders import buffer_key, user
+from think_jobs import Think, ThinkJobs, worker
+from think_jobs.db.dialect import db_now_plus
+from think_jobs.db.tables import agents
+from think_jobs.execution import INTERRUPTED, Claimed, TurnResult, claim, run_and_release
+from think_jobs.messages import message_text
+from think_jobs.models import ModelRequest
+from think_jobs.queueing import AgentRef
+from think_jobs.replay import assemble
+
+Gate = tuple[threading.Event, threading.Event]  # (reached, go on)
+GATES: dict[tuple[str, int], Gate] = {}  # (agent name, attempt) -> its gate
+
+
+def gate(name: str, attempt: int) -> Gate:
+    return GATES.setdefault((name, attempt), (threading.Event(), threading.Event()))
+
+
+class Gated(Think):
+    """First attempt: ``a1 a2 a3``, then waits at its gate (mid-stream, or after its last
+    word for agents named ``end*``), then ``a4 a5``. A continuation answers ``b1 b2``, waiting
+    at a gate of its own before its first word (nothing of it sent yet) for agents named
+    ``both*``."""
+
+    def get_model(self) -> GatedModel:
+        return GatedModel(self.name)
+
+
+class GatedModel:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def stream(self, request: ModelRequest) -> Iterator[dict[str, Any]]:
+        if request.continuation:
+            yield from self._words(
+                ["b1 ", "b2"], pause_at=0 if self.name.startswith("both") else None, attempt=2
+            )
+            return
+        at_end = self.name.startswith("end")
+        yield from self._words(
+            ["a1 ", "a2 ", "a3 ", "a4 ", "a5"], pause_at=5 if at_end else 3, attempt=1
+        )
+
+    def _words(
+        self, words: list[str], *, pause_at: int | None, attempt: int
+    ) -> Iterator[dict[str, Any]]:
+        yield {"type": "text-start", "id": "t"}
+        for n, word in enumerate(words):
+            if n == pause_at:
+                self._pause(attempt)
+            yield {"type": "text-delta", "id": "t", "delta": word}
+        if pause_at == len(words):
+            self._pause(attempt)
+        yield {"type": "text-end", "id": "t"}
+
+    def _pause(self, attempt: int) -> None:
+        reached, go_on = gate(self.name, attempt)
+        reached.set()
+        assert go_on.wait(30), "the test never let the paused attempt go on"
+
+
+def paused_attempt(
+    jobs: ThinkJobs, kind: str
+) -> tuple[Think, str, threading.Thread, list[TurnResult]]:
+    """Submit to a new agent named ``<kind>-<unique>`` and run its first attempt in a thread
+    until its gate."""
+    name = f"{kind}-{uuid.uuid4().hex[:8]}"
+    agent = jobs.get_agent(Gated, name)
+    submission = agent.submit_messages([user("go")]).submission_id
+    agent_id = jobs.agent_id_of(agent, create=False)
+    assert agent_id is not None
+    claimed = claim(jobs, AgentRef(agent_id, "Gated", name))
+    assert isinstance(claimed, Claimed)
+    results: list[TurnResult] = []
+    thread = threading.Thread(target=lambda: results.append(run_and_release(jobs, claimed)[0]))
+    thread.start()
+    assert gate(name, 1)[0].wait(30)
+    return agent, submission, thread, results
+
+
+def expire_lease(jobs: ThinkJobs, agent: Think) -> None:
+    """What a pause longer than the lease TTL amounts to: the lease is expired by the
+    database's clock."""
+    agent_id = jobs.agent_id_of(agent, create=False)
+    statement = (
+        update(agents).where(agents.c.id == agent_id).values(lease_expires_at=db_now_plus(-1.0))
+    )
+    with jobs.db.write() as conn:
+        conn.execute(statement)
+
+
+def take_over_and_finish(jobs: ThinkJobs, agent: Think) -> None:
+    agent_id = jobs.agent_id_of(agent, create=False)
+    assert agent_id is not None
+    assert worker.drain(jobs, agent_id) == "ran 1"  # recovery: a continuation, attempt 2
+
+
+def resume(name: str, thread: threading.Thread, attempt: int = 1) -> None:
+    gate(name, attempt)[1].set()
+    thread.join(30)
+    assert not thread.is_alive()
+
+
+def assert_one_reply_matching_its_stream(agent: Think, submission: str, text: str) -> None:
+    found = agent.inspect_submission(submission)
+    assert found is not None and (found.status, found.attempt) == ("completed", 2)
+    replies = [m for m in agent.get_messages() if m.role == "assistant"]
+    assert [message_text(m) for m in replies] == [text]
+    events = list(agent.stream(submission, timeout_s=5))
+    assert [e.seq for e in events] == list(range(len(events)))
+    assert [e.done for e in events].count(True) == 1 and events[-1].done
+    assert events[-1].status == "completed"
+    chunks = [e.chunk for e in events if e.chunk is not None]
+    assert assemble(chunks, replies[0].id).parts == replies[0].parts
+    attempts = [e.attempt for e in events]
+    assert attempts == sorted(attempts)  # nothing of attempt 1 after attempt 2 began
+
+
+def test_a_paused_attempt_mid_stream_writes_nothing_after_another_took_the_turn(
+    make_jobs: Any,
+) -> None:
+    jobs = make_jobs(lease_ttl_s=300)
+    agent, submission, thread, results = paused_attempt(jobs, "mid")
+    expire_lease(jobs, agent)
+    take_over_and_finish(jobs, agent)
+    resume(agent.name, thread)
+    assert [r.status for r in results] == [INTERRUPTED]
+    assert results[0].interruption == "lease_lost"
+    assert_one_reply_matching_its_stream(agent, submission, "a1 a2 a3 b1 b2")
+
+
+def test_a_paused_attempt_whose_model_finished_cannot_overwrite_the_reply(
+    make_jobs: Any,
+) -> None:
+    jobs = make_jobs(lease_ttl_s=300)
+    agent, submission, thread, results = paused_attempt(jobs, "end")
+    expire_lease(jobs, agent)
+    take_over_and_finish(jobs, agent)
+    resume(agent.name, thread)  # its final write is refused by the fence
+    assert [r.status for r in results] == [INTERRUPTED]
+    assert_one_reply_matching_its_stream(agent, submission, "a1 a2 a3 a4 a5b1 b2")
+
+
+def test_the_stream_buffer_holds_no_event_of_the_stale_attempt(make_jobs: Any) -> None:
+    jobs = make_jobs(lease_ttl_s=300)
+    agent, submission, thread, _ = paused_attempt(jobs, "mid")
+    expire_lease(jobs, agent)
+    take_over_and_finish(jobs, agent)
+    resume(agent.name, thread)
+    raw = jobs.redis.lrange(buffer_key(agent, submission), 0, -1)
+    assert raw and not any(b'"delta":"a4 "' in item for item in raw)  # unfenced: published
+
+
+def test_a_stale_attempt_resumed_while_the_new_one_streams_adds_nothing_to_its_stream(
+    make_jobs: Any,
+) -> None:
+    jobs = make_jobs(lease_ttl_s=300)
+    agent, submission, stale, results = paused_attempt(jobs, "both")
+    expire_lease(jobs, agent)
+    owner = threading.Thread(target=take_over_and_finish, args=(jobs, agent))
+    owner.start()
+    assert gate(agent.name, 2)[0].wait(30)  # the new attempt took the stream, sent nothing yet
+    resume(agent.name, stale)  # the stale one wakes up and tries to publish "a4 "
+    assert [r.interruption for r in results] == ["lease_lost"]
+    resume(agent.name, owner, attempt=2)
+    assert_one_reply_matching_its_stream(agent, submission, "a1 a2 a3 b1 b2")
