@@ -1,15 +1,24 @@
-"""Reliability under real faults (issue 5): prints the README's summary table.
+"""Reliability under real faults (issues 5 and 14): prints the README's summary table.
 
 Scenarios, each against real worker processes, PostgreSQL and Redis:
 - SIGKILL a worker mid-stream (repeatedly, while 2 workers drain the load);
 - SIGKILL the process running a blocking ``save_messages`` turn;
-- stop Redis (broker and streams) under load, start it again empty;
+- stop Redis (broker and streams) under load, start it again empty (and how long the agents
+  took to resume after it came back);
 - stop PostgreSQL while submissions arrive, start it again;
-- a model that stalls (``stall_timeout_s``), finished by continuations.
+- a model that stalls (``stall_timeout_s``), finished by continuations;
+- SIGSTOP a worker for 3x the lease TTL, mid-stream and in the window before its final write
+  (a zombie), then SIGCONT it;
+- cut a worker from PostgreSQL alone, and from Redis alone (a TCP proxy that holds bytes);
+- workers whose clocks are 60 s ahead and 60 s behind (libfaketime), and how long the
+  orphaned turns of a killed fast-clock worker waited;
+- SIGKILL the only worker while a workflow step waits on its turn (how long the chain took).
 Every submission must end ``completed`` (or with a §9 error); nothing lost, no user message
-stored twice, no two turns of one agent overlapping, FIFO kept.
+stored twice, no two turns of one agent overlapping (a journal file no fault touches), FIFO
+kept, no event of a stale attempt in any stream, and every completed turn's stream rebuilding
+its stored reply exactly.
 
-    .venv/bin/python -m bench.reliability            # the README figures (~1.5 min, 2 cores)
+    .venv/bin/python -m bench.reliability            # the README figures (~6 min, 2 cores)
     .venv/bin/python -m bench.reliability --quick    # a smoke run
 """
 
@@ -18,23 +27,37 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from bench.services import scratch_database, scratch_namespace
-from tests.apps.agents import Recorder, Staller
-from tests.support.builders import user
+from tests.apps.agents import Recorder, Staller, read_events
+from tests.support.builders import directive, user
 from tests.support.faults import (
     HEADER,
     Report,
     check,
     kill_workers_while_running,
+    record_kill,
     submit_load,
     unfinished,
 )
+from tests.support.fencing_faults import (
+    Load,
+    busy_worker,
+    clock_skew,
+    open_calls,
+    partition,
+    skewed,
+    zombies,
+)
+from tests.support.fencing_faults import workers as fencing_workers
 from tests.support.processes import (
     ROOT,
     WorkerProcess,
@@ -42,26 +65,34 @@ from tests.support.processes import (
     private_redis,
     worker_processes,
 )
+from tests.support.proxy import proxy_to
 from think_jobs import StorageUnavailableError, ThinkJobs
+from think_jobs.messages import message_text
 from think_jobs.testing import wait_until
 
 APP = "tests.apps.agents:jobs"
+WORKFLOW_APP = "tests.apps.workflow_agents:jobs"
 FAST = {"THINK_JOBS_LEASE_TTL_S": "1.5", "THINK_JOBS_SWEEP_INTERVAL_S": "0.5"}
 
 
 @contextmanager
 def environment(**overrides: str) -> Iterator[tuple[ThinkJobs, dict[str, str]]]:
-    """A scratch PostgreSQL database and Redis namespace; yields (jobs, worker env)."""
+    """A scratch PostgreSQL database and Redis namespace, and a journal file; yields (jobs,
+    worker env)."""
+    handle, journal = tempfile.mkstemp(prefix="tj-journal-", suffix=".jsonl")
+    os.close(handle)
     with scratch_database("postgres") as url, scratch_namespace() as namespace:
-        env = {**namespace.env(url), **FAST, **overrides}
+        env = {**namespace.env(url), **FAST, "TJ_TEST_JOURNAL": journal, **overrides}
         os.environ.update(env)  # the recorder and this process's jobs read the same settings
-        jobs = ThinkJobs(**{k.removeprefix("THINK_JOBS_").lower(): v for k, v in env.items()})
+        settings = {k: v for k, v in env.items() if k.startswith("THINK_JOBS_")}
+        jobs = ThinkJobs(**{k.removeprefix("THINK_JOBS_").lower(): v for k, v in settings.items()})
         try:
             yield jobs, env
         finally:
             jobs.close()
             for key in env:
                 os.environ.pop(key, None)
+            os.unlink(journal)
 
 
 def worker_kills(scale: int) -> Report:
@@ -143,22 +174,58 @@ def _check_blocking(
 
 def redis_outage(scale: int) -> Report:
     with private_redis() as server, environment(THINK_JOBS_REDIS_URL=server.url) as (jobs, env):
-        env["TJ_TEST_EVENTS_REDIS"] = os.environ["TJ_TEST_EVENTS_REDIS"] = scratch_events_url()
         admitted = submit_load(jobs, agents=5, per_agent=4 * scale, words=6, delay_s=0.005)
+        waits = []
         with worker_processes(env, count=2, concurrency=2, app=APP):
-            wait_until(lambda: unfinished(jobs, admitted) < 4 * 5 * scale * 0.8, 120)
-            server.stop()
-            time.sleep(2.0)  # the outage itself
-            server.start()
+            for restart in range(max(1, scale // 2)):
+                share = 0.8 - 0.15 * restart
+                wait_until(lambda s=share: unfinished(jobs, admitted) < 4 * 5 * scale * s, 120)
+                server.stop()
+                time.sleep(2.0)  # the outage itself
+                server.start()
+                waits.append(_probe_wait(jobs, f"probe-{restart}"))
             wait_until(lambda: unfinished(jobs, admitted) == 0, 300)
-        os.environ.pop("TJ_TEST_EVENTS_REDIS", None)
-        return check(jobs, admitted, Report("Redis stopped 2 s under load", faults=1))
+        report = check(
+            jobs, admitted, Report("Redis stopped 2 s, restarted empty", faults=len(waits))
+        )
+        report.problems.append(
+            f"agents resumed {_spread(waits)} after Redis came back (sweep 0.5 s)"
+        )
+        return report
 
 
-def scratch_events_url() -> str:
-    from bench.services import REDIS_URL
+def _probe_wait(jobs: ThinkJobs, name: str) -> float:
+    """Submit to an idle agent now; seconds until its turn starts (it needs a broker message,
+    or the sweeper, to reach a worker)."""
+    sent = time.monotonic()
+    jobs.get_agent(Recorder, name).submit_messages([directive(label=name, text="probe")])
+    wait_until(lambda: any(e.get("label") == name for e in read_events(jobs)), 120, interval_s=0.01)
+    return time.monotonic() - sent
 
-    return REDIS_URL
+
+def _resumed_after(jobs: ThinkJobs, marker: int, since: float, *, pid: int) -> float:
+    """Seconds (this process's clock, from ``since``) until a model call not of ``pid`` starts
+    after journal line ``marker``: the journal's order, not the workers' clocks."""
+
+    def started() -> bool:
+        return any(
+            e["tick"] > marker and e["what"] == "start" and e["pid"] != pid
+            for e in read_events(jobs)
+        )
+
+    wait_until(started, 120, interval_s=0.01)
+    return time.monotonic() - since
+
+
+def _spread(values: list[float]) -> str:
+    if not values:
+        return "n/a"
+    low, high = min(values), max(values)
+    return (
+        f"{low:.2f} s"
+        if len(values) == 1
+        else f"{low:.2f} to {high:.2f} s (median {statistics.median(values):.2f} s)"
+    )
 
 
 def database_outage(scale: int) -> Report:
@@ -227,12 +294,114 @@ def stalls(scale: int) -> Report:
         return report
 
 
+def zombie(scale: int, *, before_final_write: bool) -> Report:
+    with environment() as (jobs, env):
+        load = (
+            Load(agents=6, per_agent=scale, words=12, delay_s=0.01, hold_s=0.5)
+            if before_final_write
+            else Load(agents=6, per_agent=scale, words=40, delay_s=0.03)
+        )
+        return zombies(jobs, env, pauses=scale, load=load, before_final_write=before_final_write)
+
+
+def cut_off(scale: int, *, server: str) -> Report:
+    port = 5432 if server == "postgres" else _redis_port()
+    with environment() as (jobs, env), proxy_to(port) as proxy:
+        load = Load(agents=6, per_agent=scale, words=40, delay_s=0.03)
+        cuts = max(1, scale // 2)
+        return partition(jobs, env, server=server, proxy=proxy, cuts=cuts, cut_s=6, load=load)
+
+
+def _redis_port() -> int:
+    from bench.services import REDIS_URL
+
+    return int(REDIS_URL.split(":")[2].split("/")[0])
+
+
+def skew(scale: int) -> Report:
+    with environment() as (jobs, env):
+        load = Load(agents=12, per_agent=scale, words=6, delay_s=0.01)
+        report = clock_skew(jobs, env, load=load)
+    report.problems.append(f"orphans of a killed +60 s worker waited {_orphan_wait():.2f} s")
+    return report
+
+
+def _orphan_wait() -> float:
+    """SIGKILL a worker 60 s ahead mid-turn; seconds until another worker starts its turn
+    (the lease TTL is 1.5 s)."""
+    with environment() as (jobs, env):
+        admitted = submit_load(jobs, agents=1, per_agent=1, words=80, delay_s=0.05)
+        with fencing_workers([env]) as (slow,):
+            slow.process.send_signal(signal.SIGSTOP)  # only the fast one takes the turn
+            with fencing_workers([skewed(env, "+60s")]) as (fast,):
+                busy_worker(jobs, [fast], lambda call: call["chunks"] >= 3, admitted)
+                record_kill(jobs, fast.process.pid)
+                marker, killed_at = len(read_events(jobs)), time.monotonic()
+                fast.kill()
+                slow.process.send_signal(signal.SIGCONT)
+                waited = _resumed_after(jobs, marker, killed_at, pid=fast.process.pid)
+            wait_until(lambda: unfinished(jobs, admitted) == 0, 120)
+        return waited
+
+
+def workflow_kill(scale: int) -> Report:
+    """The only worker SIGKILLed while a chain's first step waits on its turn: the chain goes
+    on after the turn's recovery (lease TTL + a sweep), not the broker's visibility timeout."""
+    waits = []
+    report = Report("worker killed under a waiting workflow step", faults=0)
+    for _ in range(max(1, scale // 3)):
+        waits.append(_one_workflow_kill(report))
+    report.problems.append(
+        f"chains went on {_spread(waits)} after a replacement worker started (lease TTL 1.5 s "
+        "+ sweep 0.5 s)"
+    )
+    return report
+
+
+def _one_workflow_kill(report: Report) -> float:
+    from celery import chain
+
+    with environment() as (jobs, env):
+        label = f"step-{uuid.uuid4().hex[:6]}"
+        text = " ".join(f"w{i}" for i in range(60))
+        flow = chain(
+            jobs.turn.s(
+                "Recorder", "wf", messages=[directive(label=label, text=text, delay_s=0.05)]
+            ),
+            jobs.celery.signature("tests.post", kwargs={"channel": "#ops"}),
+        )
+        with fencing_workers([env], app=WORKFLOW_APP) as (only,):
+            result = flow.apply_async()
+            agent = jobs.get_agent(Recorder, "wf")
+            wait_until(lambda: any(c["chunks"] >= 5 for c in open_calls(jobs)), 120)
+            record_kill(jobs, only.process.pid)
+            only.kill()
+        with fencing_workers([env], app=WORKFLOW_APP):
+            ready_at = time.monotonic()  # from the replacement worker's start
+            final = result.get(timeout=300)
+            waited = time.monotonic() - ready_at
+        [reply] = [m for m in agent.get_messages() if m.role == "assistant"]
+        report.faults += 1
+        report.submissions += 1
+        posted = final.get("posted") == message_text(reply) and message_text(reply).endswith(text)
+        report.completed += posted
+        report.duplicated += len(agent.list_submissions()) != 1
+        report.lost += not posted
+        return waited
+
+
 SCENARIOS: dict[str, Callable[[int], Report]] = {
     "worker-kills": worker_kills,
     "caller-kills": lambda scale: caller_kills(max(2, scale // 2)),
     "redis-outage": redis_outage,
     "database-outage": database_outage,
     "stalls": stalls,
+    "zombie-mid-stream": lambda scale: zombie(scale, before_final_write=False),
+    "zombie-before-final-write": lambda scale: zombie(scale, before_final_write=True),
+    "cut-from-postgres": lambda scale: cut_off(scale, server="postgres"),
+    "cut-from-redis": lambda scale: cut_off(scale, server="redis"),
+    "clock-skew": skew,
+    "workflow-kill": workflow_kill,
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,19 +32,55 @@ def directive(request: ModelRequest) -> dict[str, Any]:
     return {}
 
 
-class RecordingModel:
-    """Records the start and end of each model call with a Redis counter (a global order that
-    needs no clocks), then streams the scripted reply the directive asks for."""
+class Journal:
+    """Where the recording model writes: $TJ_TEST_JOURNAL, a file outside Redis and the
+    database (what a fault can touch), else a Redis list. In the file each event is one line
+    appended with O_APPEND, so the line order is the global order of events across processes,
+    whatever their clocks say."""
 
-    def __init__(self, client: redis.Redis, key: str, agent: str) -> None:
-        self._client = client
-        self._key = key
+    def __init__(self, jobs: ThinkJobs) -> None:
+        self.path = os.environ.get("TJ_TEST_JOURNAL")
+        self.client = None if self.path else events_client(jobs)
+        self.key = events_key(jobs)
+
+    def write(self, event: dict[str, Any]) -> None:
+        if self.path is not None:
+            line = (json.dumps(event) + "\n").encode()
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+            return
+        assert self.client is not None
+        event["tick"] = self.client.incr(f"{self.key}:clock")
+        self.client.rpush(self.key, json.dumps(event))
+
+    def read(self) -> list[dict[str, Any]]:
+        if self.path is not None:
+            if not os.path.exists(self.path):
+                return []
+            with open(self.path) as journal:
+                lines = [json.loads(line) for line in journal if line.strip()]
+            return [{**event, "tick": tick} for tick, event in enumerate(lines, start=1)]
+        assert self.client is not None
+        return [json.loads(raw) for raw in self.client.lrange(self.key, 0, -1)]
+
+
+class RecordingModel:
+    """Records the start and end of each model call in the journal (a global order that needs
+    no clocks), then streams the scripted reply the directive asks for. In a file journal it
+    also records each chunk it yields, and ``holding`` when it waits ``hold_s`` after its
+    last chunk (the window just before the final write)."""
+
+    def __init__(self, journal: Journal, agent: str) -> None:
+        self._journal = journal
         self._agent = agent
 
     def stream(self, request: ModelRequest) -> Iterator[dict[str, Any]]:
         spec = directive(request)
         label = spec.get("label", "")
-        self._record("start", label)
+        self._record("start", label, continuation=request.continuation)
         reply = Reply(
             text=spec.get("text", f"reply to {label}"),
             delay_s=float(spec.get("delay_s", 0.0)),
@@ -52,20 +89,19 @@ class RecordingModel:
             raise_error=spec.get("raise"),
         )
         try:
-            yield from ScriptedModel(reply).stream(request)
+            for chunk in ScriptedModel(reply).stream(request):
+                if self._journal.path is not None:
+                    self._record("chunk", label)
+                yield chunk
+            if spec.get("hold_s"):
+                self._record("holding", label)
+                time.sleep(float(spec["hold_s"]))
         finally:
             self._record("end", label)
 
-    def _record(self, what: str, label: str) -> None:
-        tick = self._client.incr(f"{self._key}:clock")
-        event = {
-            "tick": tick,
-            "what": what,
-            "agent": self._agent,
-            "label": label,
-            "pid": os.getpid(),
-        }
-        self._client.rpush(self._key, json.dumps(event))
+    def _record(self, what: str, label: str, **extra: Any) -> None:
+        event = {"what": what, "agent": self._agent, "label": label, "pid": os.getpid()}
+        self._journal.write({**event, "t": time.time(), **extra})
 
 
 def events_client(jobs: ThinkJobs) -> redis.Redis:
@@ -77,7 +113,7 @@ def events_client(jobs: ThinkJobs) -> redis.Redis:
 
 class Recorder(Think):
     def get_model(self) -> RecordingModel:
-        return RecordingModel(events_client(self.jobs), events_key(self.jobs), self.name)
+        return RecordingModel(Journal(self.jobs), self.name)
 
 
 class Support(Think):
@@ -86,8 +122,7 @@ class Support(Think):
 
 
 def read_events(jobs: ThinkJobs) -> list[dict[str, Any]]:
-    client = events_client(jobs)
-    return [json.loads(raw) for raw in client.lrange(events_key(jobs), 0, -1)]
+    return Journal(jobs).read()
 
 
 jobs = ThinkJobs()

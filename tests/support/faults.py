@@ -5,17 +5,17 @@ out of order."""
 from __future__ import annotations
 
 import itertools
-import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.apps.agents import Recorder, events_client, events_key, read_events
+from tests.apps.agents import Journal, Recorder, read_events
 from tests.support.builders import directive
 from tests.support.processes import WorkerProcess
 from think_jobs import ThinkJobs
 from think_jobs.recovery import INTERRUPTED_AFTER_APPLIED, INTERRUPTED_PARTIALLY_APPLIED
+from think_jobs.replay import assemble
 from think_jobs.testing import wait_until
 
 SECTION_9_ERRORS = {INTERRUPTED_AFTER_APPLIED, INTERRUPTED_PARTIALLY_APPLIED}
@@ -32,32 +32,49 @@ class Report:
     duplicated: int = 0
     order_violations: int = 0
     overlaps: int = 0
+    stale_writes: int = 0
+    stream_mismatches: int = 0
+    recovered: int = 0  # submissions that needed more than one attempt (the fault hit them)
     problems: list[str] = field(default_factory=list)
 
     def row(self) -> str:
         return (
             f"| {self.scenario} | {self.faults} | {self.submissions} | {self.completed} | "
             f"{self.section_9_errors} | {self.lost} | {self.duplicated} | "
-            f"{self.order_violations} | {self.overlaps} |"
+            f"{self.order_violations} | {self.overlaps} | {self.stale_writes} | "
+            f"{self.stream_mismatches} |"
+        )
+
+    @property
+    def anomalies(self) -> tuple[int, ...]:
+        return (
+            self.lost,
+            self.duplicated,
+            self.order_violations,
+            self.overlaps,
+            self.stale_writes,
+            self.stream_mismatches,
         )
 
 
 HEADER = (
     "| scenario | faults injected | submissions | completed | §9 errors | lost | duplicated "
-    "| order violations | overlaps |\n|---|---|---|---|---|---|---|---|---|"
+    "| order violations | overlaps | stale writes | stream ≠ reply |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
 def submit_load(
-    jobs: ThinkJobs, *, agents: int, per_agent: int, words: int, delay_s: float
+    jobs: ThinkJobs, *, agents: int, per_agent: int, words: int, delay_s: float, **spec: Any
 ) -> dict[str, list[tuple[str, str]]]:
-    """Interleaved submissions; returns per agent the admitted (label, submission id)."""
+    """Interleaved submissions; returns per agent the admitted (label, submission id).
+    ``spec`` goes into every directive (``hold_s``...)."""
     text = " ".join(f"w{i}" for i in range(words))
     admitted: dict[str, list[tuple[str, str]]] = {f"agent-{a}": [] for a in range(agents)}
     for n, a in itertools.product(range(per_agent), range(agents)):
         name, label = f"agent-{a}", f"agent-{a}#{n}"
         result = jobs.get_agent(Recorder, name).submit_messages(
-            [directive(f"m-{label}", label=label, text=text, delay_s=delay_s)]
+            [directive(f"m-{label}", label=label, text=text, delay_s=delay_s, **spec)]
         )
         admitted[name].append((label, result.submission_id))
     return admitted
@@ -71,10 +88,8 @@ def unfinished(jobs: ThinkJobs, admitted: dict[str, list[tuple[str, str]]]) -> i
 
 
 def record_kill(jobs: ThinkJobs, pid: int) -> None:
-    """Put the kill on the recorder's clock, so a started-but-never-ended call ends there."""
-    client = events_client(jobs)
-    tick = client.incr(f"{events_key(jobs)}:clock")
-    client.rpush(events_key(jobs), json.dumps({"tick": tick, "what": "killed", "pid": pid}))
+    """Put the kill in the journal, so a started-but-never-ended call ends there."""
+    Journal(jobs).write({"what": "killed", "pid": pid})
 
 
 def kill_workers_while_running(
@@ -103,6 +118,7 @@ def kill_workers_while_running(
 
 
 def check(jobs: ThinkJobs, admitted: dict[str, list[tuple[str, str]]], report: Report) -> Report:
+    """Judge from outside: the journal, the public API and the streams a client reads."""
     events = read_events(jobs)
     runs = _runs(events)
     for name, entries in admitted.items():
@@ -110,7 +126,34 @@ def check(jobs: ThinkJobs, admitted: dict[str, list[tuple[str, str]]], report: R
         _check_statuses(agent, entries, report)
         _check_messages(agent, entries, report)
         _check_order(name, runs.get(name, []), [label for label, _ in entries], report)
+        _check_streams(agent, entries, report)
     return report
+
+
+def _check_streams(agent: Any, entries: list[tuple[str, str]], report: Report) -> None:
+    """Every completed turn's stream, as a client reads it: contiguous seqs, one ``done`` at
+    the end, events of no attempt after a newer attempt's, and the stored reply rebuilt."""
+    replies = {m.id: m for m in agent.get_messages() if m.role == "assistant"}
+    for label, submission_id in entries:
+        found = agent.inspect_submission(submission_id)
+        if found is None or found.status != "completed":
+            continue
+        events = list(agent.stream(submission_id, timeout_s=30))
+        attempts = [e.attempt or 0 for e in events]
+        if attempts != sorted(attempts):
+            report.stale_writes += 1
+            report.problems.append(f"{label}: stream attempts out of order {attempts}")
+        if [e.seq for e in events] != list(range(len(events))) or [e.done for e in events] != [
+            False
+        ] * (len(events) - 1) + [True]:
+            report.stream_mismatches += 1
+            report.problems.append(f"{label}: stream seqs/done broken")
+            continue
+        reply = replies.get(_assistant_message_id(agent.jobs, agent, submission_id) or "")
+        chunks = [e.chunk for e in events if e.chunk is not None]
+        if reply is None or assemble(chunks, reply.id).parts != reply.parts:
+            report.stream_mismatches += 1
+            report.problems.append(f"{label}: the stream does not rebuild the stored reply")
 
 
 def _check_statuses(agent: Any, entries: list[tuple[str, str]], report: Report) -> None:
@@ -122,6 +165,7 @@ def _check_statuses(agent: Any, entries: list[tuple[str, str]], report: Report) 
             report.problems.append(f"{label}: {found.status if found else 'missing'}")
         elif found.status == "completed":
             report.completed += 1
+            report.recovered += found.attempt > 1
         elif found.status == "error" and found.error in SECTION_9_ERRORS:
             report.section_9_errors += 1
         else:
@@ -138,26 +182,110 @@ def _check_messages(agent: Any, entries: list[tuple[str, str]], report: Report) 
             report.problems.append(f"{label}: user message stored {seen} times")
 
 
+_PROCESS_EVENTS = frozenset({"killed", "stopped", "resumed"})
+
+
 def _runs(events: list[dict[str, Any]]) -> dict[str, list[tuple[int, int, str]]]:
-    """Per agent: (start, end, label) of each model call; a killed call ends at its kill."""
-    kills = {e["pid"]: e["tick"] for e in events if e["what"] == "killed"}
+    """Per agent: (start, end, label) of each model call. A killed call ends at its kill; a
+    call whose process was stopped (SIGSTOP) ends at the stop when another call of the agent
+    started before it resumed — it had lost the turn, and what it did after resuming is judged
+    by the stream and the database, which must show none of it (``zombie_tails``)."""
+    ordered = sorted(events, key=lambda e: e["tick"])
+    kills = {e["pid"]: e["tick"] for e in ordered if e["what"] == "killed"}
     open_calls: dict[tuple[str, str, int], int] = {}
     runs: dict[str, list[tuple[int, int, str]]] = {}
-    for event in sorted(events, key=lambda e: e["tick"]):
-        if event["what"] == "killed":
+    for event in ordered:
+        if event["what"] in _PROCESS_EVENTS or event["what"] not in ("start", "end"):
             continue
         key = (event["agent"], event["label"], event["pid"])
         if event["what"] == "start":
             open_calls[key] = event["tick"]
         else:
-            runs.setdefault(event["agent"], []).append(
-                (open_calls.pop(key), event["tick"], event["label"])
-            )
+            start = open_calls.pop(key)
+            end = _effective_end(ordered, event["agent"], event["pid"], start, event["tick"])
+            runs.setdefault(event["agent"], []).append((start, end, event["label"]))
     for (agent, label, pid), start in open_calls.items():
         runs.setdefault(agent, []).append((start, kills.get(pid, 10**12), label))
     for agent_runs in runs.values():
         agent_runs.sort()
     return runs
+
+
+def _effective_end(
+    ordered: list[dict[str, Any]], agent: str, pid: int, start: int, end: int
+) -> int:
+    """The stop of ``pid`` during [start, end] if another call of ``agent`` started while it
+    was stopped (it was superseded there); else ``end``."""
+    for event in ordered:
+        if not start < event["tick"] < end or event.get("pid") != pid:
+            continue
+        if event["what"] == "stopped":
+            resumed = _next(ordered, event["tick"], "resumed", pid)
+            if any(
+                e["what"] == "start"
+                and e.get("agent") == agent
+                and event["tick"] < e["tick"] < resumed
+                for e in ordered
+            ):
+                return int(event["tick"])
+    return end
+
+
+def _next(ordered: list[dict[str, Any]], after: int, what: str, pid: int) -> int:
+    return next(
+        (e["tick"] for e in ordered if e["tick"] > after and e["what"] == what and e["pid"] == pid),
+        10**12,
+    )
+
+
+def zombie_tails(events: list[dict[str, Any]]) -> list[int]:
+    """For each model call a stop froze and that was superseded meanwhile: how many chunks it
+    yielded after its process resumed (a resumed attempt that lost its turn must stop within
+    one chunk)."""
+    ordered = sorted(events, key=lambda e: e["tick"])
+    tails = []
+    for stop in (e for e in ordered if e["what"] == "stopped"):
+        resumed = _next(ordered, stop["tick"], "resumed", stop["pid"])
+        for call in _open_at(ordered, stop):
+            if _superseded(ordered, call, stop["tick"], resumed):
+                tails.append(_chunks_after(ordered, call, resumed))
+    return tails
+
+
+def _open_at(ordered: list[dict[str, Any]], stop: dict[str, Any]) -> list[dict[str, Any]]:
+    calls: dict[tuple[str, str], dict[str, Any]] = {}
+    for event in ordered:
+        if event["tick"] > stop["tick"]:
+            break
+        if event.get("pid") != stop["pid"] or event["what"] not in ("start", "end"):
+            continue
+        key = (event["agent"], event["label"])
+        if event["what"] == "start":
+            calls[key] = event
+        else:
+            calls.pop(key, None)
+    return list(calls.values())
+
+
+def _superseded(
+    ordered: list[dict[str, Any]], call: dict[str, Any], stop: int, resumed: int
+) -> bool:
+    return any(
+        e["what"] == "start" and e.get("agent") == call["agent"] and stop < e["tick"] < resumed
+        for e in ordered
+    )
+
+
+def _chunks_after(ordered: list[dict[str, Any]], call: dict[str, Any], resumed: int) -> int:
+    chunks = 0
+    for event in ordered:
+        same = event.get("pid") == call["pid"] and event.get("agent") == call["agent"]
+        if event["tick"] <= resumed or not same or event.get("label") != call["label"]:
+            continue
+        if event["what"] == "end":
+            break
+        chunks += event["what"] == "chunk"
+    return chunks
 
 
 def _check_order(

@@ -15,7 +15,7 @@ def turns_by_agent(events: list[dict[str, Any]]) -> dict[str, list[tuple[int, in
         key = (event["agent"], event["label"])
         if event["what"] == "start":
             starts[key] = event["tick"]
-        else:
+        elif event["what"] == "end":
             runs[event["agent"]].append((starts.pop(key), event["tick"], event["label"]))
     for agent_runs in runs.values():
         agent_runs.sort()

@@ -1,0 +1,93 @@
+"""Fenced execution under real faults (issue 14), against real worker processes, PostgreSQL
+and Redis: workers paused past the lease TTL (SIGSTOP mid-stream, and in the window before
+the final write), a worker cut from PostgreSQL alone and from Redis alone (a TCP proxy that
+holds bytes, as a dropping network does), and workers whose clocks are 60 s off.
+
+Every check is made from outside: every submission terminal, none lost, each user message
+stored once, no two model calls of one agent overlapping (a journal file no fault touches),
+admission order kept, no event of a stale attempt in any stream, and each completed turn's
+stream — contiguous seqs, one ``done`` — rebuilding its stored reply exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.support.faults import Report
+from tests.support.fencing_faults import Load, clock_skew, partition, zombies
+from tests.support.proxy import proxy_to
+from think_jobs import ThinkJobs
+
+pytestmark = [pytest.mark.slow, pytest.mark.parametrize("backend", ["postgres"], indirect=True)]
+
+FAST = {"THINK_JOBS_LEASE_TTL_S": "2", "THINK_JOBS_SWEEP_INTERVAL_S": "0.5"}
+
+
+@pytest.fixture
+def fault_env(
+    settings_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, str]:
+    journal = str(tmp_path / "journal.jsonl")
+    monkeypatch.setenv("TJ_TEST_JOURNAL", journal)  # this process reads the same journal
+    return {**settings_env, **FAST, "TJ_TEST_JOURNAL": journal}
+
+
+@pytest.fixture
+def fault_jobs(make_jobs: Callable[..., ThinkJobs], fault_env: dict[str, str]) -> ThinkJobs:
+    return make_jobs(lease_ttl_s=2, sweep_interval_s=0.5)
+
+
+def assert_clean(report: Report, *, took_over: bool) -> None:
+    assert report.problems == []
+    assert report.anomalies == (0, 0, 0, 0, 0, 0)
+    assert report.completed == report.submissions and report.faults > 0
+    assert (report.recovered > 0) is took_over  # the fault hit running turns (or, cut from
+    # Redis alone, cost no worker its lease)
+
+
+def test_workers_paused_mid_stream_past_the_lease_write_nothing_stale(
+    fault_jobs: ThinkJobs, fault_env: dict[str, str]
+) -> None:
+    load = Load(agents=4, per_agent=4, words=40, delay_s=0.03)
+    report = zombies(fault_jobs, fault_env, pauses=3, load=load, before_final_write=False)
+    assert_clean(report, took_over=True)
+
+
+def test_workers_paused_before_their_final_write_never_overwrite_the_reply(
+    fault_jobs: ThinkJobs, fault_env: dict[str, str]
+) -> None:
+    load = Load(agents=4, per_agent=6, words=12, delay_s=0.01, hold_s=0.5)
+    report = zombies(fault_jobs, fault_env, pauses=3, load=load, before_final_write=True)
+    assert_clean(report, took_over=True)
+
+
+def test_a_worker_cut_from_postgresql_alone_writes_nothing_stale(
+    fault_jobs: ThinkJobs, fault_env: dict[str, str]
+) -> None:
+    load = Load(agents=4, per_agent=4, words=40, delay_s=0.03)
+    with proxy_to(5432) as proxy:
+        report = partition(
+            fault_jobs, fault_env, server="postgres", proxy=proxy, cuts=2, cut_s=6, load=load
+        )
+    assert_clean(report, took_over=True)
+
+
+def test_a_worker_cut_from_redis_alone_keeps_its_lease_and_its_stream(
+    fault_jobs: ThinkJobs, fault_env: dict[str, str]
+) -> None:
+    load = Load(agents=4, per_agent=4, words=40, delay_s=0.03)
+    with proxy_to(6379) as proxy:
+        report = partition(
+            fault_jobs, fault_env, server="redis", proxy=proxy, cuts=2, cut_s=6, load=load
+        )
+    assert_clean(report, took_over=False)
+
+
+def test_workers_with_clocks_a_minute_off_neither_overlap_nor_misorder(
+    fault_jobs: ThinkJobs, fault_env: dict[str, str]
+) -> None:
+    load = Load(agents=10, per_agent=6, words=6, delay_s=0.01)
+    assert_clean(clock_skew(fault_jobs, fault_env, load=load), took_over=False)

@@ -1,0 +1,100 @@
+"""A loopback TCP proxy a test can cut: how a worker is partitioned from one server only.
+
+Point one process at ``proxy.port`` instead of the server's port; ``cut()`` then holds every
+byte in both directions — nothing is forwarded, nothing is refused, no connection is closed —
+which is what a network that drops packets does to TCP: the sender's writes queue up, its
+reads wait, and whatever was held is delivered once the partition heals (``heal()``). That
+delayed delivery is the dangerous part of a real partition, and the one fencing must survive.
+New connections made during a cut are accepted and then hang too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from tests.support.processes import free_port
+
+
+class Proxy:
+    def __init__(self, target_port: int, *, host: str = "127.0.0.1") -> None:
+        self.target = (host, target_port)
+        self.port = free_port()
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._closed = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._listener = socket.create_server((host, self.port), backlog=128)
+        self._accepter = threading.Thread(target=self._accept, daemon=True)
+        self._accepter.start()
+
+    def url(self, template: str) -> str:
+        """``template`` with ``{port}`` replaced by the proxy's port."""
+        return template.format(port=self.port)
+
+    def cut(self) -> None:
+        self._flowing.clear()
+
+    def heal(self) -> None:
+        self._flowing.set()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._flowing.set()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        for sock in list(self._sockets):
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
+
+    def _connect(self, client: socket.socket) -> None:
+        self._hold()
+        try:
+            upstream = socket.create_connection(self.target, timeout=5)
+        except OSError:
+            client.close()
+            return
+        upstream.settimeout(None)
+        self._sockets += [client, upstream]
+        for source, sink in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _hold(self) -> None:
+        while not self._flowing.wait(0.05):
+            if self._closed.is_set():
+                return
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                self._hold()
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+@contextmanager
+def proxy_to(port: int) -> Iterator[Proxy]:
+    proxy = Proxy(port)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
