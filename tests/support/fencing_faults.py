@@ -25,7 +25,11 @@ from think_jobs import ThinkJobs
 from think_jobs.testing import wait_until
 
 APP = "tests.apps.agents:jobs"
-FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+def _faketime() -> str:
+    found = sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))
+    if not found:
+        raise RuntimeError("libfaketime is not installed (scripts/ensure-services faketime)")
+    return str(found[0])
 Admitted = dict[str, list[tuple[str, str]]]
 
 
@@ -214,7 +218,7 @@ def skewed(env: dict[str, str], offset: str) -> dict[str, str]:
     """A worker whose clock is ``offset`` off (libfaketime, e.g. ``+60s``)."""
     return {
         **env,
-        "LD_PRELOAD": FAKETIME,
+        "LD_PRELOAD": _faketime(),
         "FAKETIME": offset,
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
         "FAKETIME_NO_CACHE": "1",
