@@ -18,7 +18,7 @@ stored twice, no two turns of one agent overlapping (a journal file no fault tou
 kept, no event of a stale attempt in any stream, and every completed turn's stream rebuilding
 its stored reply exactly.
 
-    .venv/bin/python -m bench.reliability            # the README figures (~6 min, 2 cores)
+    .venv/bin/python -m bench.reliability            # the docs' figures (~9 min, 2 cores)
     .venv/bin/python -m bench.reliability --quick    # a smoke run
 """
 
