@@ -126,6 +126,25 @@ class Think:
             metadata=metadata,
         )
 
+    def regenerate(
+        self,
+        *,
+        submission_id: str | None = None,
+        idempotency_key: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> SubmitMessagesResult:
+        """Accept a turn durably that replaces the agent's last assistant reply with a new one
+        (``useChat``'s regenerate): when its turn comes, the last message is removed if it is
+        an assistant reply, and the model answers the conversation again."""
+        return submissions.submit(
+            self,
+            [],
+            submission_id=submission_id,
+            idempotency_key=idempotency_key,
+            metadata=metadata,
+            trigger=submissions.REGENERATE,
+        )
+
     def inspect_submission(self, submission_id: str) -> SubmissionInspection | None:
         return submissions.inspect(self, submission_id)
 

@@ -41,6 +41,7 @@ from think_jobs.errors import SubmissionConflictError
 from think_jobs.messages import new_message_id
 
 CONFLICT_MESSAGE = "submission_id and idempotency_key refer to different submissions"
+REGENERATE = "regenerate"  # a submission whose turn replaces the agent's last reply
 CALLER_GONE = "The caller went away before its turn started."
 _MAX_STALE_HEADS = 100
 
@@ -278,9 +279,12 @@ def _start(
 def _started(
     conn: Connection, turn: TurnRecord, holder: _Holder, *, recovering: bool, applying: bool
 ) -> Claim:
-    """A submission's messages join the conversation as its first attempt starts; the body a
-    turn brings becomes the agent's remembered body."""
-    if applying:
+    """A submission's messages join the conversation as its first attempt starts (a
+    ``regenerate`` submission removes the last reply instead); the body a turn brings becomes
+    the agent's remembered body."""
+    if applying and turn.trigger == REGENERATE:
+        conversation_ops.delete_last_reply(conn, turn.agent_id)
+    elif applying:
         messages = turn.messages or []
         conversation_ops.append_messages(
             conn, turn.agent_id, messages, turn_id=turn.id, now=holder.now

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 StatusFilter = SubmissionStatus | str | Iterable[SubmissionStatus | str] | None
+REGENERATE = queueing.REGENERATE
 
 
 def inspection_of(turn: TurnRecord) -> SubmissionInspection:
@@ -63,9 +64,11 @@ def submit(
     metadata: Mapping[str, Any] | None = None,
     trigger: str = "submission",
 ) -> SubmitMessagesResult:
-    """Store a submission (or find the one these ids name) and enqueue its agent's work."""
+    """Store a submission (or find the one these ids name) and enqueue its agent's work.
+    A ``regenerate`` submission carries no message: its turn replaces the last reply."""
     jobs = agent.jobs
-    wire = validation.submission_messages(messages, jobs.settings)
+    regenerating = trigger == REGENERATE and not messages
+    wire = [] if regenerating else validation.submission_messages(messages, jobs.settings)
     values = {
         "submission_id": validation.optional_id(submission_id, "submission_id"),
         "idempotency_key": validation.optional_key(idempotency_key, "idempotency_key"),

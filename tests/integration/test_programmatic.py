@@ -580,3 +580,18 @@ def test_bad_tool_input_becomes_a_tool_error_not_a_crashed_turn(jobs: ThinkJobs)
     assert agent.save_messages([user("go")]).status == "completed"
     part = next(p for p in agent.get_messages()[-1].parts if p.type == "tool-add")
     assert part.state == "output-error" and "a" in (part.error_text or "")  # type: ignore[union-attr]
+
+
+def test_regenerate_replaces_the_last_reply_with_a_new_turn_in_its_place(jobs: ThinkJobs) -> None:
+    agent = jobs.get_agent(Recorder, "regen")
+    agent.save_messages([directive("m1", label="a", text="first answer")])
+    first_reply = agent.get_messages()[-1].id
+    again = agent.regenerate(idempotency_key="regen-1")
+    assert agent.regenerate(idempotency_key="regen-1").accepted is False  # a retried request
+    with worker(jobs):
+        wait_for_status(agent, again.submission_id, "completed")
+    roles = [(m.role, message_text(m)) for m in agent.get_messages()]
+    assert [role for role, _ in roles] == ["user", "assistant"]
+    assert roles[-1][1] == "first answer"  # the same model answering the same conversation
+    assert agent.get_messages()[-1].id != first_reply  # ... in a new reply, in its place
+    assert [e["label"] for e in read_events(jobs) if e["what"] == "start"] == ["a", "a"]

@@ -79,6 +79,21 @@ def last_message(conn: Connection, agent_id: int) -> dict[str, Any] | None:
     return conn.execute(query).scalar_one_or_none()
 
 
+def delete_last_reply(conn: Connection, agent_id: int) -> str | None:
+    """Delete the conversation's last message if it is an assistant message; its id."""
+    last = conn.execute(
+        select(messages.c.id, messages.c.message_id, messages.c.role)
+        .where(messages.c.agent_id == agent_id)
+        .order_by(messages.c.id.desc())
+        .limit(1)
+    ).one_or_none()
+    if last is None or last.role != "assistant":
+        return None
+    conn.execute(delete(messages).where(messages.c.id == last.id))
+    message_id: str = last.message_id
+    return message_id
+
+
 def delete_conversation(conn: Connection, agent_id: int) -> int:
     return conn.execute(delete(messages).where(messages.c.agent_id == agent_id)).rowcount
 
