@@ -25,11 +25,15 @@ from think_jobs import ThinkJobs
 from think_jobs.testing import wait_until
 
 APP = "tests.apps.agents:jobs"
+
+
 def _faketime() -> str:
     found = sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))
     if not found:
         raise RuntimeError("libfaketime is not installed (scripts/ensure-services faketime)")
     return str(found[0])
+
+
 Admitted = dict[str, list[tuple[str, str]]]
 
 
