@@ -73,6 +73,7 @@ def _blueprint_groups() -> dict[str, list[Blueprint]]:
     from web import (
         admin,
         api_agents,
+        api_chat,
         api_streams,
         api_submissions,
         health,
@@ -82,7 +83,7 @@ def _blueprint_groups() -> dict[str, list[Blueprint]]:
     )
 
     return {
-        "api": [api_agents.bp, api_submissions.bp, openapi.bp],
+        "api": [api_agents.bp, api_submissions.bp, api_chat.bp, openapi.bp],
         "streams": [api_streams.bp],
         "webhooks": [webhooks.bp],
         "admin": [admin.bp],

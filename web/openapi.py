@@ -200,6 +200,8 @@ def _with_limits(name: str, schema: dict[str, Any]) -> dict[str, Any]:
         id_limits = {"maxLength": MAX_ID_CHARS, "pattern": _NO_CONTROL}
         properties["id"] = _string_limits(properties["id"], **id_limits)
         properties["parts"] = {**properties["parts"], "maxItems": limits.parts_per_message}
+    elif name == "ChatMessage":  # its id follows the id rule already
+        properties["parts"] = {**properties["parts"], "maxItems": limits.parts_per_message}
     elif "id" in properties:  # a part's own id
         properties["id"] = _string_limits(properties["id"], maxLength=MAX_ID_CHARS)
     if name == "SubmitBody":

@@ -88,6 +88,19 @@ WireMessages = Annotated[
 ]
 
 
+class ChatMessage(UIMessage):
+    """A message of a chat request (documentation only): a ``UIMessage`` whose id follows the
+    id rule, because the newest user message's id becomes its submission's id."""
+
+    id: Identifier
+
+
+ChatMessages = Annotated[
+    list[Any], PlainValidator(_message_list, json_schema_input_type=list[ChatMessage])
+]
+ChatTrigger = Literal["submit-message", "regenerate-message"]
+
+
 class StrictModel(BaseModel):
     """Unknown fields are errors; instances are immutable."""
 
@@ -134,6 +147,27 @@ class StreamQuery(StrictModel):
     """Query of the SSE stream; the ``Last-Event-ID`` header wins when it is later."""
 
     after_seq: QueryInt | None = Field(None, ge=-1)
+
+
+class ChatBody(StrictModel):
+    """``POST .../chat``: the body the AI SDK's ``DefaultChatTransport`` sends. The chat's
+    ``id`` is the agent's name; of ``messages`` only the newest user message is admitted (the
+    conversation lives on the server)."""
+
+    id: AgentName = Field(description="The chat id: the agent's name.")
+    messages: ChatMessages = Field(
+        description="The client's copy of the chat; it must hold a user message.",
+        json_schema_extra={
+            "minItems": 1,
+            "contains": {"type": "object", "properties": {"role": {"const": "user"}}},
+        },
+    )
+    trigger: ChatTrigger
+    message_id: Identifier | None = Field(
+        None,
+        alias="messageId",
+        description="regenerate-message: the reply to replace (only the last one can be).",
+    )
 
 
 class AgentSummary(StrictModel):
@@ -188,6 +222,7 @@ class ErrorBody(StrictModel):
 SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     AgentList,
     CancelBody,
+    ChatBody,
     DeleteResult,
     ErrorBody,
     HealthReport,
