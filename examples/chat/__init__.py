@@ -1,0 +1,1 @@
+"""The ``useChat`` example: ``server.py`` is its think-jobs side, ``src/`` its React page."""
