@@ -45,13 +45,14 @@ from think_jobs.attempt import (
     has_turn_hooks,
     store_reply,
 )
+from think_jobs.db import agents as agent_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
 from think_jobs.errors import ThinkJobsError
 from think_jobs.lease import Lease, LeaseLost
 from think_jobs.runner import RunOutcome
 from think_jobs.streaming import StreamRef, StreamWriter
-from think_jobs.watch import Revocation, TurnWatch, WatchTimings
+from think_jobs.watch import TurnWatch, WatchTimings
 
 if TYPE_CHECKING:
     from think_jobs.agent import Think
@@ -101,22 +102,36 @@ def claim(
     """Take the agent's lease (or renew ``held``) and start its next turn (see
     ``queueing.claim_next``); a turn whose messages are already applied gets its conversation
     read in the same transaction."""
-    settings = jobs.settings
     sent = time.monotonic()
     with jobs.db.write() as conn:
-        claimed = queueing.claim_next(
-            conn,
-            agent,
-            lease_ttl_s=settings.lease_ttl_s,
-            max_recoveries=settings.recovery_max_attempts,
-            caller_turn_id=caller_turn_id,
-            held_token=held.token if held is not None else None,
-        )
-        if isinstance(claimed, queueing.Claim) and claimed.turn.messages_applied:
-            history = conversation_ops.load_messages_json(conn, agent.id)
-            claimed = replace(claimed, history=history)
+        token = held.token if held is not None else None
+        return _claim_in(jobs, conn, agent, sent, caller_turn_id=caller_turn_id, token=token)
+
+
+def _claim_in(
+    jobs: ThinkJobs,
+    conn: Connection,
+    agent: queueing.AgentRef,
+    sent: float,
+    *,
+    caller_turn_id: int | None = None,
+    token: str | None = None,
+    renewed: agent_ops.Held | None = None,
+) -> Claimed | queueing.NotClaimed:
+    settings = jobs.settings
+    claimed = queueing.claim_next(
+        conn,
+        agent,
+        lease_ttl_s=settings.lease_ttl_s,
+        max_recoveries=settings.recovery_max_attempts,
+        caller_turn_id=caller_turn_id,
+        held_token=token,
+        renewed=renewed,
+    )
     if isinstance(claimed, queueing.NotClaimed):
         return claimed
+    if claimed.turn.messages_applied:
+        claimed = replace(claimed, history=conversation_ops.load_messages_json(conn, agent.id))
     return Claimed(claimed, _lease(jobs, claimed, sent))
 
 
@@ -135,10 +150,21 @@ def _lease(jobs: ThinkJobs, claim: queueing.Claim, sent: float) -> Lease:
 
 def execute(jobs: ThinkJobs, claimed: Claimed, caller: CallerTurn | None = None) -> TurnResult:
     """Run the claimed turn to its end, then release the lease and hand on to the next turn."""
-    result, released = run_and_release(jobs, claimed, caller)
-    if released is not None:
-        hand_on(jobs, claimed.claim, released)
-    return result
+    ran = run_and_release(jobs, claimed, caller)
+    if ran.released is not None:
+        hand_on(jobs, claimed.claim, ran.released)
+    return ran.result
+
+
+@dataclass(frozen=True)
+class Ran:
+    """How an attempt ended for its runner: its result; the agent's queue as the lease was
+    given back (None: lost, kept, or the release failed); and, when the lease was kept, the
+    next turn already claimed with the final write (or why there was none)."""
+
+    result: TurnResult
+    released: queueing.Released | None
+    following: Claimed | queueing.NotClaimed | None = None
 
 
 def run_and_release(
@@ -147,12 +173,12 @@ def run_and_release(
     caller: CallerTurn | None = None,
     *,
     keep_lease: bool = False,
-) -> tuple[TurnResult, queueing.Released | None]:
+) -> Ran:
     """Run the claimed turn and release the lease; the caller decides who runs what is next.
 
-    Returns no ``Released`` when the lease was lost (someone else owns the turn now), the
-    release itself failed (the lease will expire), or ``keep_lease`` kept it for the caller's
-    next ``claim(..., held=claimed.lease)``.
+    With ``keep_lease`` the lease is kept for the next turn: with no hook to run after the
+    final write, that write also claims the next turn (``Ran.following``); otherwise the
+    caller claims it with ``claim(..., held=claimed.lease)``.
     """
     claim, lease = claimed.claim, claimed.lease
     agent = jobs.instantiate(claim.agent_type, claim.agent_name)
@@ -163,7 +189,7 @@ def run_and_release(
             result = run.perform()
     finally:
         tools.watch.close()
-    return result, run.finish_release()
+    return Ran(result, run.finish_release(), run.following)
 
 
 def _tools(
@@ -186,7 +212,8 @@ def _tools(
     watch = TurnWatch(
         lease,
         turn,
-        revocation=Revocation(jobs.redis, jobs.keys.revoked(agent.address, turn.id)),
+        revocations=jobs.revocations,
+        revocation_key=jobs.keys.revoked(agent.address, turn.id),
         timings=WatchTimings(
             jobs.settings.heartbeat_interval_s, jobs.settings.cancel_poll_interval_s
         ),
@@ -212,10 +239,14 @@ class _Run:
         self.jobs, self.claim, self.tools = jobs, claim, tools
         self.attempt = Attempt(jobs, agent, claim, caller, tools)
         # With no hook or callback to run inside the turn after the final write, that write
-        # also releases the lease: one transaction less per turn.
-        self.release_with_final = caller is None and not keep_lease and not has_turn_hooks(agent)
+        # also releases the lease, or claims the next turn when the lease is kept for it: one
+        # transaction less per turn.
+        alone = caller is None and not has_turn_hooks(agent)
+        self.release_with_final = alone and not keep_lease
+        self.claim_with_final = alone and keep_lease
         self.keep_lease = keep_lease
         self.released: queueing.Released | None = None
+        self.following: Claimed | queueing.NotClaimed | None = None
         self.lost = False
 
     def perform(self) -> TurnResult:
@@ -242,8 +273,18 @@ class _Run:
                 store_reply(conn, turn, outcome.message, self.tools.lease)
             if self.release_with_final:
                 self.released = queueing.Released(turn_ops.head_brief(conn, turn.agent_id))
+            if self.claim_with_final:
+                self.following = self._claim_following(conn)
         followups.send_after_end(self.jobs, turn.id, ended)
         return Written(status, error, by_us=ended is not None)
+
+    def _claim_following(self, conn: Connection) -> Claimed | queueing.NotClaimed:
+        """The next turn, claimed in the final write's transaction under the lease it just
+        renewed (a NotClaimed "idle" gives the lease back there)."""
+        claim, lease = self.claim, self.tools.lease
+        agent = queueing.AgentRef(claim.agent_id, claim.agent_type, claim.agent_name)
+        sent, renewed = lease.renewed_at, lease.held
+        return _claim_in(self.jobs, conn, agent, sent, token=lease.token, renewed=renewed)
 
     def _fenced(self, kind: str) -> AbstractContextManager[Connection]:
         lease = self.tools.lease

@@ -52,6 +52,8 @@ class Lease:
     db_now: datetime  # the database server's time at the last renewal
     safety_s: float = 0.0
     released: bool = field(default=False)
+    held: agent_ops.Held | None = None  # the last renewal (in the current write, if any)
+    renewed_at: float = 0.0  # monotonic time that renewal was sent
 
     def locally_valid(self) -> bool:
         """False once this process cannot be sure it will still hold the lease a little while
@@ -67,7 +69,7 @@ class Lease:
             held = agent_ops.renew_lease(conn, self.agent_id, self.token, ttl_s=self.ttl_s)
             if held is None:
                 raise self._lost(kind)
-            self.db_now = held.now
+            self.db_now, self.held, self.renewed_at = held.now, held, sent
             yield conn
         self.valid_until = sent + self.ttl_s
 

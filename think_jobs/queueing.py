@@ -166,16 +166,20 @@ def claim_next(
     max_recoveries: int,
     caller_turn_id: int | None = None,
     held_token: str | None = None,
+    renewed: agent_ops.Held | None = None,
 ) -> Claim | NotClaimed:
     """Take the agent's lease and start its head turn, all in ``conn``'s transaction.
 
     ``caller_turn_id`` is the blocking turn of the calling process, which it may run; any
     process may run a durable submission at the head (callers help drain what is ahead of
     them, so a blocking call never depends on a free worker slot). ``held_token`` continues
-    with a lease this process kept from its previous turn (renewed, not taken again).
+    with a lease this process kept from its previous turn (renewed, not taken again);
+    ``renewed`` is that renewal when it was already made in ``conn``'s transaction.
     """
     token = held_token or uuid.uuid4().hex
-    held = _take_lease(conn, agent.id, token, renew=held_token is not None, ttl_s=lease_ttl_s)
+    held = renewed or _take_lease(
+        conn, agent.id, token, renew=held_token is not None, ttl_s=lease_ttl_s
+    )
     if held is None:
         return NotClaimed("busy")
     holder = _Holder(agent, token, held.admitted, held.now)

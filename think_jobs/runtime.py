@@ -22,6 +22,7 @@ from think_jobs.errors import AgentNotRegisteredError, ConfigurationError
 from think_jobs.keys import Keys
 from think_jobs.scheduled_task import validate_scheduled_tasks
 from think_jobs.settings import Settings, load_settings
+from think_jobs.watch import RevocationPoller
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -44,6 +45,7 @@ class ThinkJobs:
         self._identities: dict[int, tuple[str, str]] = {}
         self._redis: redis.Redis | None = None
         self._stream_connections: ConnectionPool | None = None
+        self._revocations: RevocationPoller | None = None
         self._celery: Celery | None = None
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -118,6 +120,17 @@ class ThinkJobs:
                         health_check_interval=30,
                     )
         return self._redis
+
+    @property
+    def revocations(self) -> RevocationPoller:
+        """Polls the revocation flags of every attempt running in this process (one thread)."""
+        if self._revocations is None:
+            client = self.redis  # takes the lock itself
+            with self._lock:
+                if self._revocations is None:
+                    poll_s = self.settings.cancel_poll_interval_s
+                    self._revocations = RevocationPoller(client, poll_s)
+        return self._revocations
 
     @property
     def stream_redis(self) -> Redis:

@@ -1,18 +1,18 @@
 """Decides when a running attempt must stop, and keeps its lease alive while it runs.
 
-Two daemon threads per running attempt, so that nothing can hold up the lease:
+One daemon thread per running attempt, talking only to the database, so that nothing can hold
+up the lease: every ``lease_ttl_s / 3`` it renews the lease through the fence and reads the
+turn's status in the same transaction (a ``cancel_submission`` that found Redis down is seen
+there); every ``cancel_poll_interval_s`` it checks the caller's in-process signal, the stall
+timeout and the lease's local bound (an attempt that could not renew in time stops before
+anyone else may take the turn). Losing Redis alone therefore never costs an attempt its lease
+while the database answers.
 
-- the **heartbeat** (database only) renews the lease every ``lease_ttl_s / 3`` through the
-  fence and reads the turn's status in the same transaction (a ``cancel_submission`` that
-  found Redis down is seen there). A Redis call never sits in front of it, so losing Redis
-  alone never costs an attempt its lease while the database answers;
-- the **signals** thread, every ``cancel_poll_interval_s``: the caller's in-process signal,
-  the stall timeout, the lease's local bound (an attempt that could not renew in time stops
-  before anyone else may take the turn), and the Redis revocation flag (also read with every
-  published chunk).
-
-Whichever fires first aborts the turn's own signal, which the runner checks between chunks
-and the model may wait on. After ``close()`` nothing the threads see changes the watch.
+The Redis revocation flags of all the attempts running in a process are polled by one
+``RevocationPoller`` thread (one MGET per ``cancel_poll_interval_s``); the flag is also read
+with every published chunk. Whichever fires first aborts the turn's own signal, which the
+runner checks between chunks and the model may wait on. After ``close()`` nothing the threads
+see changes the watch.
 """
 
 from __future__ import annotations
@@ -53,20 +53,46 @@ class WatchTimings:
     poll_s: float
 
 
-@dataclass(frozen=True)
-class Revocation:
-    """Where the attempt's revocation flag lives."""
+class RevocationPoller:
+    """One thread per process polling the revocation flags of the attempts running here."""
 
-    client: redis.Redis
-    key: str
+    def __init__(self, client: redis.Redis, poll_s: float) -> None:
+        self._client = client
+        self._poll_s = poll_s
+        self._watched: dict[str, TurnWatch] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
 
-    def reason(self) -> str | bool | None:
-        """The cancel reason if the flag is set (``""`` read as None), False if not set."""
-        value = self.client.get(self.key)
-        if value is None:
-            return False
-        text = value.decode() if isinstance(value, bytes) else str(value)
-        return text or None
+    def watch(self, key: str, watch: TurnWatch) -> None:
+        with self._lock:
+            self._watched[key] = watch
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="think-jobs-revocations", daemon=True
+                )
+                self._thread.start()
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._watched.pop(key, None)
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(self._poll_s)
+            with self._lock:
+                watched = list(self._watched.items())
+            if watched:
+                self._check(watched)
+
+    def _check(self, watched: list[tuple[str, TurnWatch]]) -> None:
+        try:
+            values = self._client.mget([key for key, _ in watched])
+        except redis.RedisError:
+            return  # the heartbeat's database check still sees a cancellation
+        for (_, watch), value in zip(watched, values, strict=True):
+            if value is not None:
+                text = value.decode() if isinstance(value, bytes) else str(value)
+                watch.stop("cancelled", text or None)
 
 
 class TurnWatch:
@@ -77,14 +103,16 @@ class TurnWatch:
         lease: Lease,
         turn: TurnRecord,
         *,
-        revocation: Revocation,
+        revocations: RevocationPoller,
+        revocation_key: str,
         timings: WatchTimings,
         signal: SignalLike | None = None,
         stall_timeout_s: float | None = None,
     ) -> None:
         self._lease = lease
         self._turn = turn
-        self._revocation = revocation
+        self._revocations = revocations
+        self._revocation_key = revocation_key
         self._timings = timings
         self._local = signal
         self.stall_timeout_s = stall_timeout_s
@@ -92,10 +120,7 @@ class TurnWatch:
         self.reason: StopReason | None = None
         self._closed = threading.Event()
         self._last_chunk = time.monotonic()
-        self._threads = [
-            threading.Thread(target=self._heartbeats, name="think-jobs-heartbeat", daemon=True),
-            threading.Thread(target=self._signals, name="think-jobs-watch", daemon=True),
-        ]
+        self._thread = threading.Thread(target=self._loop, name="think-jobs-watch", daemon=True)
         self._unlisten = (
             signal.add_listener(self._on_local_abort) if isinstance(signal, AbortSignal) else None
         )
@@ -114,22 +139,24 @@ class TurnWatch:
         return self.reason is not None and self.reason.interrupts
 
     def start(self) -> TurnWatch:
-        for thread in self._threads:
-            thread.start()
+        self._thread.start()
+        self._revocations.watch(self._revocation_key, self)
         return self
 
     def close(self) -> None:
-        """Stop watching. The threads end on their own (one may be inside a call to Redis or
-        the database); nothing they see afterwards has an effect."""
+        """Stop watching. The thread ends on its own (it may be inside a call to the
+        database); nothing it sees afterwards has an effect."""
         self._closed.set()
+        self._revocations.forget(self._revocation_key)
         if self._unlisten is not None:
             self._unlisten()
 
     def chunk_published(self, *, revoked: bool) -> None:
-        """Called after each chunk: resets the stall clock, applies a revocation seen in Redis."""
+        """Called after each chunk: resets the stall clock, applies a revocation seen in Redis
+        (its reason arrives with the poller's next look, or the heartbeat's)."""
         self._last_chunk = time.monotonic()
         if revoked:
-            self.stop("cancelled", self._read_revocation())
+            self.stop("cancelled", None)
 
     def stop(self, kind: StopKind, text: str | None) -> None:
         if self._closed.is_set():
@@ -141,34 +168,37 @@ class TurnWatch:
     def _on_local_abort(self, reason: object) -> None:
         self.stop("signal", None if reason is None else str(reason))
 
-    # -- the heartbeat (database only) ---------------------------------------------------------
+    # -- the watch: the heartbeat (database only), signals, stall, the local lease bound -----
 
-    def _heartbeats(self) -> None:
-        while not self._closed.wait(self._timings.heartbeat_s):
-            try:
-                turn = self._lease.heartbeat(self._turn.id)
-            except LeaseLost:
-                self.stop("lease_lost", "the agent's lease was lost")
-                return
-            except StorageUnavailableError as error:
-                log.warning("lease heartbeat failed for turn %s: %s", self._turn.id, error)
-                continue
-            self._check_turn(turn)
+    def _loop(self) -> None:
+        next_heartbeat = time.monotonic() + self._timings.heartbeat_s
+        while not self._closed.wait(self._timings.poll_s):
+            self._check_local_and_stall()
+            if time.monotonic() >= next_heartbeat:
+                next_heartbeat = time.monotonic() + self._timings.heartbeat_s
+                if not self._heartbeat():
+                    return
+            if not self._lease.locally_valid():
+                self.stop("lease_lost", "the lease could not be renewed in time")
+
+    def _heartbeat(self) -> bool:
+        """Renew the lease; False once it is lost (nothing more to watch for)."""
+        try:
+            turn = self._lease.heartbeat(self._turn.id)
+        except LeaseLost:
+            self.stop("lease_lost", "the agent's lease was lost")
+            return False
+        except StorageUnavailableError as error:
+            log.warning("lease heartbeat failed for turn %s: %s", self._turn.id, error)
+            return True
+        self._check_turn(turn)
+        return True
 
     def _check_turn(self, turn: TurnRecord | None) -> None:
         if turn is not None and turn.attempt != self._turn.attempt:
             self.stop("lease_lost", "a newer attempt owns the turn")
         elif turn is None or turn.status != "running":
             self.stop("cancelled", turn.error if turn is not None else None)
-
-    # -- signals, stall, the local lease bound, the revocation flag ----------------------------
-
-    def _signals(self) -> None:
-        while not self._closed.wait(self._timings.poll_s):
-            self._check_local_and_stall()
-            if not self._lease.locally_valid():
-                self.stop("lease_lost", "the lease could not be renewed in time")
-            self._check_revocation()
 
     def _check_local_and_stall(self) -> None:
         local = self._local
@@ -177,20 +207,3 @@ class TurnWatch:
         timeout = self.stall_timeout_s
         if timeout is not None and time.monotonic() - self._last_chunk > timeout:
             self.stop("stalled", f"no chunk for {timeout:g} s")
-
-    def _check_revocation(self) -> None:
-        if self.stopped:
-            return
-        try:
-            reason = self._revocation.reason()
-        except redis.RedisError:
-            return  # the heartbeat's database check still sees a cancellation
-        if reason is not False:
-            self.stop("cancelled", reason if isinstance(reason, str) else None)
-
-    def _read_revocation(self) -> str | None:
-        try:
-            reason = self._revocation.reason()
-        except redis.RedisError:
-            return None
-        return reason if isinstance(reason, str) else None

@@ -24,6 +24,7 @@ import redis
 from think_jobs import execution, followups, queueing
 from think_jobs.db import agents as agent_ops
 from think_jobs.errors import AgentNotRegisteredError, ThinkJobsError
+from think_jobs.keys import agent_address
 
 if TYPE_CHECKING:
     from think_jobs.runtime import ThinkJobs
@@ -46,24 +47,26 @@ def drain(jobs: ThinkJobs, agent_id: int) -> str:
     if isinstance(agent, str):
         return agent
     deadline = time.monotonic() + jobs.settings.drain_slice_s
-    ran, held = 0, None
+    ran = 0
+    claimed = execution.claim(jobs, agent)
     while True:
-        claimed = execution.claim(jobs, agent, held=held)
         if isinstance(claimed, queueing.NotClaimed):
             if claimed.reason == "caller":
-                jobs.dispatch.wake_callers(f"{agent.agent_type}:{agent.agent_name}")
+                jobs.dispatch.wake_callers(agent_address(agent.agent_type, agent.agent_name))
             return f"ran {ran}" if ran else claimed.reason
-        # Turns waiting and time left: the next claim reuses this lease. Otherwise release now
-        # (with no hook to run, in the turn's final write) rather than look again for nothing.
+        # Turns waiting and time left: keep the lease for the next one (claimed with the final
+        # write when no hook runs after it). Otherwise release now rather than look again.
         keep = claimed.claim.queued_behind and time.monotonic() < deadline
-        _, released = execution.run_and_release(jobs, claimed, keep_lease=keep)
+        outcome = execution.run_and_release(jobs, claimed, keep_lease=keep)
         ran += 1
-        if keep and claimed.lease.locally_valid():
-            held = claimed.lease
-            continue
-        if released is not None:
-            execution.hand_on(jobs, claimed.claim, released)
-        return f"ran {ran}"
+        if keep and outcome.following is not None:
+            claimed = outcome.following
+        elif keep and claimed.lease.locally_valid():
+            claimed = execution.claim(jobs, agent, held=claimed.lease)
+        else:
+            if outcome.released is not None:
+                execution.hand_on(jobs, claimed.claim, outcome.released)
+            return f"ran {ran}"
 
 
 def _agent_ref(jobs: ThinkJobs, agent_id: int) -> queueing.AgentRef | str:

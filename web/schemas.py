@@ -72,6 +72,9 @@ def _integer_text(value: Any) -> Any:
 
 
 QueryInt = Annotated[int, BeforeValidator(_integer_text)]
+# A bounded query integer: the bounds go on the integer itself, so the document shows them as
+# minimum/maximum (on the validator-wrapped type pydantic would leave a bare "ge").
+SeqQuery = Annotated[int, Field(ge=-1, le=10**SEQ_DIGITS - 1), BeforeValidator(_integer_text)]
 
 
 def _message_list(value: Any) -> list[Any]:
@@ -146,7 +149,7 @@ class DeleteManyQuery(StrictModel):
 class StreamQuery(StrictModel):
     """Query of the SSE stream; the ``Last-Event-ID`` header wins when it is later."""
 
-    after_seq: QueryInt | None = Field(None, ge=-1)
+    after_seq: SeqQuery | None = None
 
 
 class ChatBody(StrictModel):

@@ -92,7 +92,7 @@ def paused_attempt(
     claimed = claim(jobs, AgentRef(agent_id, "Gated", name))
     assert isinstance(claimed, Claimed)
     results: list[TurnResult] = []
-    thread = threading.Thread(target=lambda: results.append(run_and_release(jobs, claimed)[0]))
+    thread = threading.Thread(target=lambda: results.append(run_and_release(jobs, claimed).result))
     thread.start()
     assert gate(name, 1)[0].wait(30)
     return agent, submission, thread, results

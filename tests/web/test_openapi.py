@@ -46,6 +46,9 @@ def test_document_covers_every_json_route_with_resolvable_schemas(app: Flask) ->
         ("POST", "/api/agents/{agent_type}/{agent_name}/submissions/{submission_id}/cancel"),
         ("GET", "/api/agents/{agent_type}/{agent_name}/requests/{request_id}/stream"),
         ("POST", "/api/agents/{agent_type}/{agent_name}/requests/{request_id}/cancel"),
+        ("POST", "/api/agents/{agent_type}/chat"),
+        ("GET", "/api/agents/{agent_type}/chat/{agent_name}/stream"),
+        ("POST", "/api/agents/{agent_type}/chat/{agent_name}/stop"),
         ("POST", "/hooks/{agent_type}/{agent_name}"),
         ("GET", "/healthz"),
     }
@@ -92,7 +95,7 @@ def test_fuzz_the_api_against_its_document(web_jobs: ThinkJobs, mode: Generation
     }
     schema = schemathesis.openapi.from_wsgi("/api/openapi.json", create_app(web_jobs, config))
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 12
+    assert len(operations) == 15
 
     strategies = [op.as_strategy(generation_mode=mode) for op in operations]
 
