@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import argparse
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from datetime import timedelta
 from typing import Any
 
 from bench import measure, report
@@ -25,9 +25,10 @@ from bench.datasets import Shape, explain_plans, fill
 from bench.measure import Latency
 from bench.report import Figure, Target
 from bench.services import Scratch, scratch
-from think_jobs import queueing
-from think_jobs.context import utcnow
 from think_jobs.db import agents as agent_ops
+from think_jobs.domain.records import AgentRef, Claim, NewTurn
+from think_jobs.domain.status import Kind
+from think_jobs.engine import queueing
 
 TARGET = Target("<=", 1.5)
 MEASURED = "measured"
@@ -71,27 +72,24 @@ class Operations:
 
     def claim(self, _: int) -> None:
         with rolled_back(self.run) as conn:
-            ttl = timedelta(seconds=30)
-            agent = queueing.AgentRef(self.agent_id, self.agent.agent_type, self.agent.name)
-            claim = queueing.claim_next(conn, agent, now=utcnow(), lease_ttl=ttl, max_recoveries=10)
-            assert isinstance(claim, queueing.Claim), claim
+            agent = AgentRef(self.agent_id, self.agent.agent_type, self.agent.name)
+            claim = queueing.claim_next(conn, agent, lease_ttl_s=30.0, max_recoveries=10)
+            assert isinstance(claim, Claim), claim
 
     def admit(self, index: int) -> None:
         with rolled_back(self.run) as conn:
-            queueing.admit_submission(
-                conn,
-                self.agent_id,
-                submission_id=None,
-                idempotency_key=f"bench-{index}",
-                now=utcnow(),
+            new = NewTurn(
+                str(uuid.uuid4()),
+                Kind.SUBMISSION,
+                "submission",
                 messages=[USER_MESSAGE],
-                metadata=None,
-                trigger="submission",
+                idempotency_key=f"bench-{index}",
             )
+            queueing.admit_submission(conn, self.agent_id, new, submission_id=None)
 
     def sweep_query(self, _: int) -> None:
         with self.run.jobs.db.read() as conn:
-            agent_ops.agents_needing_a_drain(conn, now=utcnow(), limit=1000)
+            agent_ops.agents_needing_a_drain(conn, limit=1000)
 
 
 OPERATIONS: dict[str, str] = {

@@ -12,7 +12,6 @@ redis-py subscriber here. Rates count events from the first received to the last
 from __future__ import annotations
 
 import argparse
-import threading
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -21,11 +20,10 @@ from bench import measure, report
 from bench.agents import PUBLISH_TASK, LongStream
 from bench.report import Figure, Target
 from bench.services import Scratch, WorkerProcess, scratch, worker_processes
-from think_jobs.streaming import open_pubsub
+from think_jobs.transport.streams import open_pubsub
 
 TARGET = Target(">=", 0.5)
 _TIMEOUT_S = 300
-_START_DELAY_S = 0.3
 
 
 @dataclass(frozen=True)
@@ -47,25 +45,21 @@ class Delivery:
         return replace(self, worker_cpu_s=worker_cpu_s)
 
 
-def _submit_later(run: Scratch, request_id: str, chunks: int) -> threading.Timer:
+def _submit(run: Scratch, request_id: str, chunks: int) -> LongStream:
+    """Submit one long turn (the subscriber that follows it replays what it missed)."""
     agent = run.jobs.get_agent(LongStream, f"stream-{request_id[:8]}")
     text = {"type": "text", "text": str(chunks)}
     message = {"id": uuid.uuid4().hex, "role": "user", "parts": [text]}
-    timer = threading.Timer(
-        _START_DELAY_S,
-        agent.submit_messages,
-        args=([message],),
-        kwargs={"submission_id": request_id},
-    )
-    timer.start()
-    return timer
+    agent.submit_messages([message], submission_id=request_id)
+    return agent
 
 
-def think_jobs_delivery(run: Scratch, chunks: int) -> tuple[Delivery, str, str]:
-    """Follow one long turn live; returns the delivery, the agent address and request id."""
+def think_jobs_delivery(run: Scratch, chunks: int) -> tuple[Delivery, str]:
+    """Follow one long turn; returns the delivery and the Redis key of its stream buffer."""
+    from think_jobs.engine.submissions import find_turn
+
     request_id = str(uuid.uuid4())
-    agent = run.jobs.get_agent(LongStream, f"stream-{request_id[:8]}")
-    timer = _submit_later(run, request_id, chunks)
+    agent = _submit(run, request_id, chunks)
     first = last = 0.0
     events = 0
     for event in agent.stream(request_id, timeout_s=_TIMEOUT_S):
@@ -74,8 +68,9 @@ def think_jobs_delivery(run: Scratch, chunks: int) -> tuple[Delivery, str, str]:
         events += 1
         if event.done:
             break
-    timer.join()
-    return Delivery(events, first, last), agent.address, request_id
+    turn = find_turn(run.jobs.services, agent, request_id)
+    assert turn is not None
+    return Delivery(events, first, last), run.jobs.keys.stream_buffer(agent.address, turn.id)
 
 
 def bare_delivery(run: Scratch, source_key: str, expected: int) -> Delivery:
@@ -105,9 +100,8 @@ def bare_delivery(run: Scratch, source_key: str, expected: int) -> Delivery:
 def run_round(run: Scratch, worker: WorkerProcess, chunks: int) -> tuple[Delivery, Delivery]:
     """One think-jobs turn, then the bare replay of its events; each with the worker's CPU."""
     cpu = worker.cpu_s()
-    turn, address, request_id = think_jobs_delivery(run, chunks)
+    turn, buffer = think_jobs_delivery(run, chunks)
     turn, cpu = turn.with_cpu(worker.cpu_s() - cpu), worker.cpu_s()
-    buffer = run.jobs.keys.stream_buffer(address, request_id)
     stored = int(run.jobs.redis.llen(buffer))
     if stored != turn.events:
         raise RuntimeError(f"subscriber saw {turn.events} events, the buffer holds {stored}")

@@ -1,8 +1,10 @@
 """``Think``: the agent base class. Override the hooks; call the public methods.
 
-The methods are thin: each delegates to the module that owns the behaviour (submissions,
-blocking turns, cancellation, streaming). An instance is only a handle (class + name + the
-runtime); all state lives in the database and Redis, so any process may call any method.
+The methods are thin: each passes the runtime's ``Services`` and the agent itself (an
+``engine.ports.AgentHooks``) to the engine module that owns the behaviour (submissions,
+blocking turns, cancellation, streams, schedules, repairs). An instance is only a handle
+(class + name + the runtime); all state lives in the database and Redis, so any process may
+call any method.
 """
 
 from __future__ import annotations
@@ -10,15 +12,19 @@ from __future__ import annotations
 import json
 import logging
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
-from think_jobs import blocking, cancellation, schedules, submissions, validation
+from think_jobs import validation
 from think_jobs.db import conversation as conversation_ops
-from think_jobs.db.turns import TurnRecord
+from think_jobs.domain.status import INTERRUPTED
+from think_jobs.engine import blocking, cancellation, repair, schedules, submissions
+from think_jobs.engine.execution import CallerTurn, MessagesFunction, TurnResult
+from think_jobs.engine.ports import Services
+from think_jobs.engine.repair import Repair, UnreadableMessage
 from think_jobs.errors import UnknownRequestError
-from think_jobs.execution import INTERRUPTED, CallerTurn, MessagesFunction, TurnResult
+from think_jobs.keys import agent_address
 from think_jobs.limits import Limits
 from think_jobs.messages import UIMessage, coerce_messages, stored_messages, user_text_message
 from think_jobs.models.base import Model
@@ -27,18 +33,19 @@ from think_jobs.results import (
     SaveMessagesResult,
     StreamEvent,
     SubmissionInspection,
+    SubmissionStatus,
     SubmitMessagesResult,
     TurnStatus,
 )
 from think_jobs.scheduled_task import ScheduledTask
 from think_jobs.signals import SignalLike
-from think_jobs.streaming import StreamRef, broker_errors_mapped, follow, follow_agent
 from think_jobs.tools import Tool
+from think_jobs.transport.streams import StreamRef, broker_errors_mapped, follow, follow_agent
 
 if TYPE_CHECKING:
     from think_jobs.context import TurnContext
+    from think_jobs.engine.submissions import StatusFilter, SubmissionPage
     from think_jobs.runtime import ThinkJobs
-    from think_jobs.submissions import StatusFilter
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +76,15 @@ class Think:
     @property
     def address(self) -> str:
         """``<agent_type>:<name>``, how Redis keys and logs name this agent."""
-        return f"{self.agent_type}:{self.name}"
+        return agent_address(self.agent_type, self.name)
+
+    @property
+    def _services(self) -> Services:
+        return self.jobs.services
+
+    def overrides(self, hook: str) -> bool:
+        """Whether this agent's class overrides the hook named ``hook``."""
+        return getattr(type(self), hook) is not getattr(Think, hook)
 
     # -- hooks (override) ----------------------------------------------------------------------
 
@@ -118,13 +133,7 @@ class Think:
         metadata: Mapping[str, Any] | None = None,
     ) -> SubmitMessagesResult:
         """Accept a turn durably and return before the model runs (see SPEC §5)."""
-        return submissions.submit(
-            self,
-            messages,
-            submission_id=submission_id,
-            idempotency_key=idempotency_key,
-            metadata=metadata,
-        )
+        return self._submit(messages, submission_id, idempotency_key, metadata, "submission")
 
     def regenerate(
         self,
@@ -136,29 +145,48 @@ class Think:
         """Accept a turn durably that replaces the agent's last assistant reply with a new one
         (``useChat``'s regenerate): when its turn comes, the last message is removed if it is
         an assistant reply, and the model answers the conversation again."""
-        return submissions.submit(
-            self,
-            [],
+        regenerate = submissions.REGENERATE
+        return self._submit([], submission_id, idempotency_key, metadata, regenerate)
+
+    def _submit(
+        self,
+        messages: Sequence[MessageInput],
+        submission_id: str | None,
+        idempotency_key: str | None,
+        metadata: Mapping[str, Any] | None,
+        trigger: str,
+    ) -> SubmitMessagesResult:
+        submission = submissions.validated(
+            self._services,
+            messages,
             submission_id=submission_id,
             idempotency_key=idempotency_key,
             metadata=metadata,
-            trigger=submissions.REGENERATE,
+            trigger=trigger,
         )
+        return submissions.submit(self._services, self, submission)
 
     def inspect_submission(self, submission_id: str) -> SubmissionInspection | None:
-        return submissions.inspect(self, submission_id)
+        return submissions.inspect(self._services, self, submission_id)
 
     def list_submissions(
         self, *, status: StatusFilter = None, limit: int = 50, before: str | None = None
     ) -> list[SubmissionInspection]:
         """Newest first; ``before`` (a submission id from an earlier page) lists what is older."""
-        return submissions.list_for(self, status=status, limit=limit, before=before)
+        return self.page_submissions(status=status, limit=limit, before=before).rows
+
+    def page_submissions(
+        self, *, status: StatusFilter = None, limit: int = 50, before: str | None = None
+    ) -> SubmissionPage:
+        """One page of ``list_submissions`` and the cursor of the next (older) page."""
+        services = self._services
+        return submissions.page_of(services, self, status=status, limit=limit, before=before)
 
     def cancel_submission(self, submission_id: str, reason: str | None = None) -> None:
-        submissions.cancel(self, submission_id, reason)
+        submissions.cancel(self._services, self, submission_id, reason)
 
     def delete_submission(self, submission_id: str) -> bool:
-        return submissions.delete_one(self, submission_id)
+        return submissions.delete_one(self._services, self, submission_id)
 
     def delete_submissions(
         self,
@@ -168,8 +196,21 @@ class Think:
         limit: int = 100,
     ) -> int:
         return submissions.delete_many(
-            self, status=status, completed_before=completed_before, limit=limit
+            self._services, self, status=status, completed_before=completed_before, limit=limit
         )
+
+    def request_status(self, request_id: str) -> SubmissionStatus | None:
+        """The status of the turn with this request id (any turn: submissions and blocking
+        calls alike), or None when the agent has no such turn."""
+        turn = submissions.find_turn(self._services, self, request_id)
+        return None if turn is None else turn.status
+
+    def submitted_messages(self, request_id: str) -> list[UIMessage]:
+        """The messages the turn with this request id was submitted with (empty for a blocking
+        call's turn, a regenerate, or an unknown request)."""
+        turn = submissions.find_turn(self._services, self, request_id)
+        wire = turn.messages if turn is not None else None
+        return [UIMessage.model_validate(item) for item in wire or []]
 
     # -- blocking turns ------------------------------------------------------------------------
 
@@ -188,9 +229,11 @@ class Think:
         self, body: Mapping[str, Any] | None = None, *, signal: SignalLike | None = None
     ) -> SaveMessagesResult:
         """Run the model again after the last assistant message; its output is a new message."""
-        with self.jobs.db.read() as conn:
-            agent_id = self.jobs.agent_id_of(self, create=False)
-            last = None if agent_id is None else conversation_ops.last_message(conn, agent_id)
+        agent_id = self.jobs.agent_id_of(self, create=False)
+        last = None
+        if agent_id is not None:
+            with self.jobs.db.read() as conn:
+                last = conversation_ops.last_message(conn, agent_id)
         if last is None or last.get("role") != "assistant":
             return SaveMessagesResult(request_id="", status="skipped")
         result = self._run_blocking(
@@ -249,28 +292,28 @@ class Think:
             metadata=validation.json_object(metadata, "metadata", limits=limits),
             caller=CallerTurn(payload=function, signal=signal, callback=callback),
         )
-        return blocking.run_blocking(self, request)
+        return blocking.run_blocking(self._services, self, request)
 
     # -- cancellation and reset ----------------------------------------------------------------
 
     def cancel_chat(self, request_id: str, reason: str | None = None) -> None:
         """Cancel a turn by request id from any process; no-op if unknown or finished."""
-        cancellation.cancel_turn(self, request_id, reason, submissions_only=False)
+        cancellation.cancel_turn(self._services, self, request_id, reason, submissions_only=False)
 
     def abort_request(self, request_id: str, reason: str | None = None) -> None:
-        cancellation.cancel_turn(self, request_id, reason, submissions_only=False)
+        cancellation.cancel_turn(self._services, self, request_id, reason, submissions_only=False)
 
     def abort_all_requests(self) -> None:
-        cancellation.abort_running(self, None)
+        cancellation.abort_running(self._services, self, None)
 
     def reset_turn_state(self) -> None:
         """Skip queued turns and pending submissions; abort the running turn."""
-        cancellation.reset_turns(self)
+        cancellation.reset_turns(self._services, self)
 
     def clear_messages(self) -> None:
         """Reset turn state, then delete the conversation."""
-        cancellation.reset_turns(self)
-        blocking.delete_history(self)
+        cancellation.reset_turns(self._services, self)
+        blocking.delete_history(self._services, self)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -296,28 +339,29 @@ class Think:
         Raises UnknownRequestError when the agent has no turn with this request id,
         TimeoutError after ``timeout_s``, BrokerUnavailableError if Redis fails.
         """
-        turn = submissions.find_turn(self, request_id)
+        services = self._services
+        turn = submissions.find_turn(services, self, request_id)
         if turn is None:
             raise UnknownRequestError(f"no request {request_id!r} for agent {self.address}")
         ref = StreamRef(self.address, request_id, turn.id)
-        events = broker_errors_mapped(
+        return broker_errors_mapped(
             lambda: follow(
-                self.jobs.redis,
-                self.jobs.keys,
+                services.redis,
+                services.keys,
                 ref,
                 after_seq=after_seq,
                 timeout_s=timeout_s,
-                stored=lambda: submissions.stored_end(self, ref.turn_id),
-                ttl_s=self.jobs.settings.stream_ttl_s,
+                stored=lambda: submissions.stored_end(services, ref.turn_id),
+                ttl_s=services.settings.stream_ttl_s,
                 live=live,
             )
         )
-        return events
 
     def subscribe(self, timeout_s: float | None = None) -> Iterator[StreamEvent]:
         """Every event of every request of this agent, live (for dashboards)."""
+        services = self._services
         return broker_errors_mapped(
-            lambda: follow_agent(self.jobs.redis, self.jobs.keys, self.address, timeout_s=timeout_s)
+            lambda: follow_agent(services.redis, services.keys, self.address, timeout_s=timeout_s)
         )
 
     def sub_agent(self, cls: type[AgentT], name: str) -> AgentT:
@@ -335,28 +379,25 @@ class Think:
     ) -> SubmitMessagesResult | None:
         """Fire one occurrence of a scheduled task now (a "run now" button); returns the
         submission of a prompt task, None for a handler task."""
-        return schedules.run_now(self, task_id, scheduled_for=scheduled_for)
+        return schedules.run_now(self._services, self, task_id, scheduled_for=scheduled_for)
 
     def next_runs(self) -> dict[str, datetime]:
         """When each scheduled task fires next (aware UTC)."""
-        return schedules.next_runs(self)
+        return schedules.next_runs(self._services, self)
 
-    # -- internal ------------------------------------------------------------------------------
+    # -- repairs (operators) -------------------------------------------------------------------
 
-    def _notify_submission(self, turn: TurnRecord, status: str) -> None:
-        if not turn.is_submission or type(self).on_submission_status is Think.on_submission_status:
-            return
-        record = turn if turn.status == status else _with_status(turn, status)
-        try:
-            self.on_submission_status(submissions.inspection_of(record))
-        except Exception:
-            log.exception("on_submission_status raised for %s; ignored", turn.request_id)
+    def unreadable_messages(self) -> list[UnreadableMessage]:
+        """Stored messages of this agent that no longer read back (``think-jobs messages``)."""
+        return repair.unreadable_messages(self._services, self)
 
+    def remove_message(self, message_id: str) -> bool:
+        """Delete one stored message; True if it existed."""
+        return repair.remove_message(self._services, self, message_id)
 
-def _with_status(turn: TurnRecord, status: str) -> TurnRecord:
-    from think_jobs.db.turns import replace_record
-
-    return replace_record(turn, status=status)
+    def repair_message(self, message_id: str) -> Repair:
+        """Keep what of a stored message still reads back (its id, role, readable parts)."""
+        return repair.repair_message(self._services, self, message_id)
 
 
 def _save_result(result: TurnResult) -> SaveMessagesResult:
@@ -365,6 +406,3 @@ def _save_result(result: TurnResult) -> SaveMessagesResult:
     return SaveMessagesResult(
         request_id=result.request_id, status=cast(TurnStatus, status), error=result.error
     )
-
-
-MessagesCallable = Callable[[list[UIMessage]], Sequence[MessageInput]]

@@ -3,6 +3,6 @@ named by ``$THINK_JOBS_APP`` (e.g. ``celery -A think_jobs.celery_entry inspect p
 
 from __future__ import annotations
 
-from think_jobs.cli import load_app
+from think_jobs.cli.main import load_app
 
 app = load_app(None).celery

@@ -67,7 +67,7 @@ class SubmissionConflictError(ThinkJobsError):
 class StoredMessageError(ThinkJobsError):
     """A message of a stored conversation can no longer be read (a row written by an older
     version, a manual edit). The agent is not bricked: ``think-jobs messages remove|repair``
-    (``think_jobs.repair``) removes the message or drops its unreadable parts.
+    (``think_jobs.engine.repair``) removes the message or drops its unreadable parts.
 
     ``message_id`` is the id the row carries (None if even that cannot be read), ``reason``
     what failed, ``position`` the message's index in the conversation. ``args`` are

@@ -38,6 +38,22 @@ class Keys:
         """Pub/sub channel: an agent's lease was released (wakes callers waiting their turn)."""
         return f"{self.prefix}:released:{agent}"
 
+    def presence_index(self) -> str:
+        """SET of the ids of the presence records of live workers and beats."""
+        return f"{self.prefix}:presence"
+
+    def presence_record(self, record_id: str) -> str:
+        """STRING: one worker's (or beat's) presence record, JSON; TTL a few heartbeats."""
+        return f"{self.prefix}:presence:{record_id}"
+
+    def admin_session(self, session_id: str) -> str:
+        """STRING: a live admin session (the token's fingerprint); TTL ``admin_session_ttl_s``."""
+        return f"{self.prefix}:admin-session:{session_id}"
+
+    def webhook_delivery(self, delivery_id: str) -> str:
+        """STRING: the agent that claimed a webhook delivery id (replays are refused)."""
+        return f"{self.prefix}:webhook-delivery:{delivery_id}"
+
     def swept(self, agent_id: int) -> str:
         """STRING set while a sweeper-sent drain for the agent is queued (dedupes sweeps)."""
         return f"{self.prefix}:swept:{agent_id}"

@@ -3,38 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from think_jobs.domain.status import TERMINAL, FinalStatus, Status
 from think_jobs.messages import UIMessage
 
-
-class SubmissionStatus(StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    ERROR = "error"
-    ABORTED = "aborted"
-    SKIPPED = "skipped"
-
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL_STATUSES
-
-
-TERMINAL_STATUSES = frozenset(
-    {
-        SubmissionStatus.COMPLETED,
-        SubmissionStatus.ERROR,
-        SubmissionStatus.ABORTED,
-        SubmissionStatus.SKIPPED,
-    }
-)
-ACTIVE_STATUSES = frozenset({SubmissionStatus.PENDING, SubmissionStatus.RUNNING})
-
-TurnStatus = Literal["completed", "error", "skipped", "aborted"]
+SubmissionStatus = Status  # the public name of the one status enum (think_jobs.domain.status)
+TERMINAL_STATUSES = TERMINAL
+TurnStatus = FinalStatus
 
 
 class SubmissionInspection(BaseModel):
@@ -95,3 +73,36 @@ class StreamEvent(BaseModel):
     status: str | None = None
     error: str | None = None
     attempt: int | None = None  # the attempt that wrote it (the database's own: 2**31)
+
+
+class RunningTask(BaseModel):
+    """One task a worker is executing: its Celery name, the agent it is for, since when."""
+
+    model_config = ConfigDict(frozen=True)
+
+    task: str
+    agent: str | None
+    since: datetime
+
+    def describe(self, now: datetime) -> str:
+        """``drain Lead:weekly (3 s)``."""
+        seconds = max(0.0, (now - self.since).total_seconds())
+        target = f" {self.agent}" if self.agent else ""
+        return f"{self.task.removeprefix('think_jobs.')}{target} ({seconds:.0f} s)"
+
+
+class WorkerRecord(BaseModel):
+    """A live worker (or beat) as its last heartbeat described it. Datetimes are aware UTC."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    role: Literal["worker", "beat"]
+    hostname: str
+    pid: int
+    queues: list[str]
+    agent_types: list[str]
+    concurrency: int | None
+    running: list[RunningTask]
+    started_at: datetime
+    seen_at: datetime

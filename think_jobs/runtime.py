@@ -1,28 +1,42 @@
 """``ThinkJobs``: the runtime object. Settings, the registry of agent classes, connections.
 
-Nothing connects when it is created: the engine, the Redis client and the Celery app are made
-on first use, so importing a module that builds ``jobs = ThinkJobs()`` costs nothing.
+A thin façade: it builds the ``Services`` the engine works with (``engine.ports``), is their
+``AgentDirectory`` (agent rows, classes), and offers the read methods the edges need (agents,
+health, live workers, the dashboard, queue depths, admin sessions) so that the web never
+reaches into storage or Redis. Nothing connects when it is created: the engine, the Redis
+clients and the Celery app are made on first use, so importing a module that builds
+``jobs = ThinkJobs()`` costs nothing.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import redis
-from redis import ConnectionPool, Redis
 
-from think_jobs import schedules, validation
+from think_jobs import validation
 from think_jobs.agent import Think
+from think_jobs.context import utcnow
 from think_jobs.db import agents as agent_ops
+from think_jobs.db import dashboard as dashboard_ops
 from think_jobs.db import migrate as migrations
 from think_jobs.db.engine import Database
-from think_jobs.dispatch import Dispatcher
-from think_jobs.errors import AgentNotRegisteredError, ConfigurationError
+from think_jobs.engine import schedules
+from think_jobs.engine.ports import Services
+from think_jobs.errors import AgentNotRegisteredError, ConfigurationError, ThinkJobsError
 from think_jobs.keys import Keys
+from think_jobs.observe import logs
+from think_jobs.reports import AgentCounts, DashboardData, Health, StuckRule
+from think_jobs.results import WorkerRecord
 from think_jobs.scheduled_task import validate_scheduled_tasks
 from think_jobs.settings import Settings, load_settings
-from think_jobs.watch import RevocationPoller
+from think_jobs.transport import presence, web_state
+from think_jobs.transport.clients import RedisClients
+from think_jobs.transport.dispatch import Dispatcher
+from think_jobs.transport.flags import RevocationPoller
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -39,19 +53,28 @@ class ThinkJobs:
         self.settings = settings if settings is not None else load_settings(**overrides)
         self.db = Database(self.settings.database_url, pool_size=self.settings.db_pool_size)
         self.keys = Keys(self.settings.key_prefix)
-        self.dispatch = Dispatcher(self)
+        self.clients = RedisClients(
+            self.settings.redis_url, publish_timeout_s=self.settings.broker_publish_timeout_s
+        )
+        self.dispatch = Dispatcher(
+            lambda: self.celery, self.clients, self.keys, queue=self.settings.queue
+        )
         self._classes: dict[str, type[Think]] = {}
         self._agent_ids: dict[tuple[str, str], int] = {}
         self._identities: dict[int, tuple[str, str]] = {}
-        self._redis: redis.Redis | None = None
-        self._stream_connections: ConnectionPool | None = None
-        self._revocations: RevocationPoller | None = None
         self._celery: Celery | None = None
         self._lock = threading.Lock()
-        self._local = threading.local()
 
     def __repr__(self) -> str:
         return f"<ThinkJobs {len(self._classes)} agent classes, db={self.db.dialect}>"
+
+    @cached_property
+    def services(self) -> Services:
+        """What the engine works with in this process."""
+        revocations = RevocationPoller(self.clients.redis, self.settings.cancel_poll_interval_s)
+        return Services(
+            self.settings, self.db, self.clients, self.keys, self.dispatch, revocations, self
+        )
 
     # -- registry ------------------------------------------------------------------------------
 
@@ -110,56 +133,8 @@ class ThinkJobs:
 
     @property
     def redis(self) -> redis.Redis:
-        if self._redis is None:
-            with self._lock:
-                if self._redis is None:
-                    self._redis = redis.Redis.from_url(
-                        self.settings.redis_url,
-                        socket_connect_timeout=2,
-                        socket_timeout=10,
-                        health_check_interval=30,
-                    )
-        return self._redis
-
-    @property
-    def revocations(self) -> RevocationPoller:
-        """Polls the revocation flags of every attempt running in this process (one thread)."""
-        if self._revocations is None:
-            client = self.redis  # takes the lock itself
-            with self._lock:
-                if self._revocations is None:
-                    poll_s = self.settings.cancel_poll_interval_s
-                    self._revocations = RevocationPoller(client, poll_s)
-        return self._revocations
-
-    @property
-    def stream_redis(self) -> Redis:
-        """The client a turn's stream is written with, one connection kept per thread (no pool
-        round trip per chunk). Its commands time out after ``broker_publish_timeout_s``: a
-        Redis that hangs delays a chunk that long (it is sent later), never the lease."""
-        client: Redis | None = getattr(self._local, "stream_redis", None)
-        if client is None:
-            try:
-                client = redis.Redis(
-                    connection_pool=self._stream_pool(), single_connection_client=True
-                )
-            except redis.RedisError:
-                return redis.Redis(connection_pool=self._stream_pool())  # fails per command
-            self._local.stream_redis = client
-        return client
-
-    def _stream_pool(self) -> ConnectionPool:
-        if self._stream_connections is None:
-            with self._lock:
-                if self._stream_connections is None:
-                    timeout_s = self.settings.broker_publish_timeout_s
-                    self._stream_connections = ConnectionPool.from_url(
-                        self.settings.redis_url,
-                        socket_connect_timeout=timeout_s,
-                        socket_timeout=timeout_s,
-                        health_check_interval=30,
-                    )
-        return self._stream_connections
+        """The pooled Redis client of this process."""
+        return self.clients.redis
 
     @property
     def celery(self) -> Celery:
@@ -167,7 +142,7 @@ class ThinkJobs:
         if self._celery is None:
             with self._lock:
                 if self._celery is None:
-                    from think_jobs.celery_app import create_celery_app
+                    from think_jobs.worker.app import create_celery_app  # the one lazy edge
 
                     self._celery = create_celery_app(self)
         return self._celery
@@ -176,7 +151,7 @@ class ThinkJobs:
     def turn(self) -> Any:
         """The ``think_jobs.turn`` Celery task: an agent turn as a workflow step
         (``jobs.turn.s("Support", "customer-42")`` in a chain, group or chord)."""
-        from think_jobs.workflows import TURN_TASK
+        from think_jobs.engine.workflows import TURN_TASK
 
         return self.celery.tasks[TURN_TASK]
 
@@ -187,23 +162,18 @@ class ThinkJobs:
     def after_fork(self) -> None:
         """In a forked child (Celery prefork): never reuse the parent's connections."""
         self.db.forget_inherited_connections()
-        self._redis = None
-        self._stream_connections = None
-        self._local = threading.local()
+        self.clients.forget_inherited()
+        self.__dict__.pop("services", None)
 
     def close(self) -> None:
         self.db.close()
-        if self._redis is not None:
-            self._redis.close()
-            self._redis = None
-        if self._stream_connections is not None:
-            self._stream_connections.disconnect()
-            self._stream_connections = None
+        self.clients.close()
 
-    # -- agent rows ----------------------------------------------------------------------------
+    # -- agent rows (the engine's AgentDirectory) ----------------------------------------------
 
-    def agent_id_of(self, agent: Think, *, create: bool) -> int | None:
-        """The agent's row id; with ``create`` the row is made on first use."""
+    def agent_id_of(self, agent: Any, *, create: bool) -> int | None:
+        """The agent's row id; with ``create`` the row is made (and its schedules armed) on
+        first use."""
         key = (agent.agent_type, agent.name)
         found = self._agent_ids.get(key)
         if found is not None:
@@ -211,7 +181,7 @@ class ThinkJobs:
         if create:
             with self.db.write() as conn:
                 found = agent_ops.ensure_agent(conn, *key)
-            schedules.arm_agent(self, agent, found)
+            schedules.arm_agent(self.services, agent, found)
         else:
             with self.db.read() as conn:
                 found = agent_ops.find_agent_id(conn, *key)
@@ -229,3 +199,76 @@ class ThinkJobs:
             if found is not None:
                 self._identities[agent_id] = found
         return found
+
+    # -- reads for operators and the web -------------------------------------------------------
+
+    def list_agents(self) -> list[AgentCounts]:
+        """Every agent, with its pending and running turns."""
+        with self.db.read() as conn:
+            return agent_ops.list_agents(conn)
+
+    def queue_depths(self) -> Mapping[str, tuple[int, int]]:
+        """Per agent type: (pending, running) turns; 0 for a registered type with none."""
+        with self.db.read() as conn:
+            counts = agent_ops.queue_counts(conn)
+        found = {(agent_type, status): n for agent_type, status, n in counts}
+        known = {agent_type for agent_type, _, _ in counts} | set(self.agent_types)
+        return {t: (found.get((t, "pending"), 0), found.get((t, "running"), 0)) for t in known}
+
+    def configure_logging(self, *, level: int | str | None = None) -> None:
+        """Configure think-jobs' loggers from ``THINK_JOBS_LOG_LEVEL`` and ``THINK_JOBS_LOG_JSON``
+        (as a worker, beat and the web app do); ``level`` wins over the setting."""
+        logs.configure(self.settings, level=level)
+
+    def health(self) -> Health:
+        """Whether this process reaches its database and Redis right now."""
+        return Health(self._database_problem(), self._redis_problem())
+
+    def _database_problem(self) -> str | None:
+        try:
+            with self.db.read() as conn:
+                agent_ops.ping(conn)
+        except ThinkJobsError as error:
+            return str(error)
+        return None
+
+    def _redis_problem(self) -> str | None:
+        try:
+            self.clients.redis.ping()
+        except redis.RedisError as error:
+            return f"redis unavailable: {error}"
+        return None
+
+    def live_workers(self) -> list[WorkerRecord]:
+        """The live workers and beats (their presence records); raises
+        ``BrokerUnavailableError`` when Redis cannot tell."""
+        return presence.live_workers(self.clients.redis, self.keys)
+
+    def dashboard(self, *, rule: StuckRule | None = None) -> DashboardData:
+        """The admin dashboard's snapshot, read in one transaction."""
+        with self.db.read() as conn:
+            return dashboard_ops.snapshot(conn, now=utcnow(), rule=rule)
+
+    # -- web state (admin sessions, webhook deliveries) ----------------------------------------
+
+    def start_admin_session(self, fingerprint: str) -> str:
+        ttl_s = self.settings.admin_session_ttl_s
+        return web_state.start_session(self.clients.redis, self.keys, fingerprint, ttl_s=ttl_s)
+
+    def admin_session_fingerprint(self, session_id: str) -> str | None:
+        ttl_s = self.settings.admin_session_ttl_s
+        client = self.clients.redis
+        return web_state.session_fingerprint(client, self.keys, session_id, ttl_s=ttl_s)
+
+    def end_admin_session(self, session_id: str) -> None:
+        web_state.end_session(self.clients.redis, self.keys, session_id)
+
+    def end_all_admin_sessions(self) -> int:
+        """Log everyone out of the admin pages; returns how many sessions ended."""
+        return web_state.end_all_sessions(self.clients.redis, self.keys)
+
+    def claim_webhook_delivery(self, delivery_id: str, agent: str, *, ttl_s: int) -> str | None:
+        """Bind a webhook delivery id to the first agent it reaches; the other agent's
+        address when it was already delivered elsewhere."""
+        client = self.clients.redis
+        return web_state.claim_delivery(client, self.keys, delivery_id, agent, ttl_s=ttl_s)

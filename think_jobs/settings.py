@@ -185,7 +185,7 @@ class Settings(BaseSettings):
     log_level: str = Field(
         "INFO",
         description="Level of the `think_jobs` and `web` loggers in every think-jobs "
-        "process (worker, beat, web, CLI, `think_jobs.logs.configure`).",
+        "process (worker, beat, web, CLI, `ThinkJobs.configure_logging()`).",
     )
     log_json: bool = Field(False, description="Write log records as one JSON object per line.")
     log_content: bool = Field(

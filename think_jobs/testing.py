@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from think_jobs import presence
-from think_jobs.worker import Sweeper
+from think_jobs.engine.drain import Sweeper
+from think_jobs.worker import presence
 
 if TYPE_CHECKING:
     from think_jobs.runtime import ThinkJobs
@@ -46,7 +46,7 @@ def worker(
         shutdown_timeout=shutdown_timeout_s,
         queues=[jobs.settings.queue],
     ) as controller:
-        background = Sweeper(jobs).start() if sweeper else None
+        background = Sweeper(jobs.services).start() if sweeper else None
         heartbeat = presence.worker_heartbeat(jobs, controller)  # as a real worker announces
         try:
             yield controller

@@ -21,7 +21,7 @@ from flask import Flask, Response, redirect, request, url_for
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 
-from think_jobs import ThinkJobs, logs
+from think_jobs import ThinkJobs
 from think_jobs.errors import ConfigurationError
 from web import auth, security
 from web.errors import handle_as_json
@@ -50,7 +50,7 @@ def create_app(jobs: ThinkJobs | None = None, config: Mapping[str, Any] | None =
     """
     app = Flask(__name__, static_folder=None)
     extension = ThinkJobsFlask(jobs=jobs)
-    logs.configure(extension.jobs.settings)  # THINK_JOBS_LOG_LEVEL / _LOG_JSON, as everywhere
+    extension.jobs.configure_logging()  # THINK_JOBS_LOG_LEVEL / _LOG_JSON, as everywhere
     app.config.from_mapping(STANDALONE_DEFAULTS)
     app.config["SESSION_COOKIE_SECURE"] = extension.jobs.settings.session_cookie_secure
     app.config.from_prefixed_env("FLASK")

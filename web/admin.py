@@ -23,7 +23,6 @@ from pydantic import Field
 from werkzeug.routing import BuildError
 
 from think_jobs import SubmissionStatus
-from think_jobs import submissions as submissions_listing
 from web import admin_data, auth, csrf, params, security
 from web import dashboard as dashboard_page
 from web.admin_auth import handle_error, login_target
@@ -150,7 +149,7 @@ def submissions(agent_type: str, agent_name: str) -> str:
     agent = params.agent(agent_type, agent_name)
     query = params.query(PageQuery)
     size = int(current_app.config["THINK_JOBS_ADMIN_PAGE_SIZE"])
-    page = submissions_listing.page_of(agent, status=query.status, limit=size, before=query.before)
+    page = agent.page_submissions(status=query.status, limit=size, before=query.before)
     return render_template(
         "think_jobs/submissions.html",
         agent=agent,

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from think_jobs import Think
 from think_jobs.errors import UnknownRequestError
-from think_jobs.messages import UIMessage, message_text
+from think_jobs.messages import message_text
 from think_jobs.results import StreamEvent
 
 
@@ -62,15 +62,10 @@ class Asked:
 
 def asked(agent: Think, request_id: str) -> list[Asked]:
     """The messages the turn's submission carried (empty for a blocking call's turn)."""
-    from think_jobs.submissions import find_turn
-
-    turn = find_turn(agent, request_id)
-    wire = turn.messages if turn is not None else None
-    found = []
-    for item in wire or []:
-        message = UIMessage.model_validate(item)
-        found.append(Asked(message.role, message_text(message)))
-    return found
+    return [
+        Asked(message.role, message_text(message))
+        for message in agent.submitted_messages(request_id)
+    ]
 
 
 @dataclass(frozen=True)

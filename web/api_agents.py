@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from flask import Response
 
-from think_jobs.db import agents as agent_ops
 from think_jobs.errors import StoredMessageError
 from web import auth, params
 from web.errors import unreadable_message
@@ -17,9 +18,8 @@ bp = api_blueprint("think_jobs_api_agents", __name__)
 
 def agent_list() -> AgentList:
     jobs = current_extension().jobs
-    with jobs.db.read() as conn:
-        rows = agent_ops.list_agents(conn)
-    return AgentList(agent_types=jobs.agent_types, agents=[AgentSummary(**row) for row in rows])
+    rows = [AgentSummary.model_validate(asdict(row)) for row in jobs.list_agents()]
+    return AgentList(agent_types=jobs.agent_types, agents=rows)
 
 
 @bp.get("/agents")

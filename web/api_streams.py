@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from flask import Response, request
 
-from think_jobs import StreamEvent, Think, UnknownRequestError, submissions
+from think_jobs import StreamEvent, Think, UnknownRequestError
 from web import auth, params, sse
 from web.errors import ApiError
 from web.extension import current_extension
@@ -61,8 +61,7 @@ def cancel(agent_type: str, agent_name: str, request_id: str) -> Response:
 
 def stored_status(agent: Think, request_id: str) -> str | None:
     """The turn's status in the database (None: no such turn)."""
-    turn = submissions.find_turn(agent, request_id)
-    return None if turn is None else turn.status
+    return agent.request_status(request_id)
 
 
 def stream_source(agent: Think, request_id: str, after_seq: int | None) -> sse.StreamSource:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Response, request, url_for
 
-from think_jobs import SubmissionInspection, SubmitMessagesResult, Think, submissions
+from think_jobs import SubmissionInspection, SubmitMessagesResult, Think
 from web import auth, params
 from web.errors import ApiError
 from web.openapi import api_blueprint, operation
@@ -36,7 +36,7 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 def list_submissions(agent_type: str, agent_name: str) -> Response:
     agent = params.agent(agent_type, agent_name)
     found = params.query(ListQuery)
-    page = submissions.page_of(agent, status=found.status, limit=found.limit, before=found.before)
+    page = agent.page_submissions(status=found.status, limit=found.limit, before=found.before)
     return params.model_response(
         SubmissionList(submissions=page.rows, next_before=page.next_before)
     )

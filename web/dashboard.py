@@ -2,7 +2,7 @@
 SVG), the oldest pending submission per agent type (and, when no live worker serves its type,
 why it waits), running turns that look stuck, and the live workers.
 
-Everything comes from one read transaction on the database (``think_jobs.db.dashboard``); the
+Everything comes from one read transaction on the database (``ThinkJobs.dashboard()``); the
 page holds no state and needs no JavaScript. Configuration (Flask config):
 ``THINK_JOBS_DASHBOARD_STUCK_FACTOR`` (5) and ``THINK_JOBS_DASHBOARD_STUCK_MIN_S`` (60).
 """
@@ -16,10 +16,11 @@ from datetime import datetime
 from flask import current_app, render_template
 from markupsafe import Markup
 
-from think_jobs import presence
+from think_jobs import reports as queries
 from think_jobs.context import utcnow
-from think_jobs.db import dashboard as queries
+from think_jobs.domain.policy import waiting_reason
 from think_jobs.errors import BrokerUnavailableError
+from think_jobs.results import WorkerRecord
 from web.charts import Axis, Chart, Frame, Series, bar_chart, line_chart, number
 from web.extension import current_extension
 
@@ -37,8 +38,7 @@ class Charts:
 
 def render() -> str:
     jobs = current_extension().jobs
-    with jobs.db.read() as conn:
-        data = queries.snapshot(conn, now=utcnow(), rule=stuck_rule())
+    data = jobs.dashboard(rule=stuck_rule())
     workers = live_workers()
     return render_template(
         "think_jobs/dashboard.html",
@@ -48,28 +48,34 @@ def render() -> str:
         registered=set(jobs.agent_types),
         workers=workers,
         waiting=waiting_reasons(data.oldest, workers),
-        running=presence.describe_running,
+        running=describe_running,
         age=age,
     )
 
 
-def live_workers() -> list[presence.WorkerRecord] | None:
+def describe_running(worker: WorkerRecord) -> list[str]:
+    """``drain Lead:weekly (3 s)`` for each task the worker runs."""
+    now = utcnow()
+    return [task.describe(now) for task in worker.running]
+
+
+def live_workers() -> list[WorkerRecord] | None:
     """The live workers and beats, or None when Redis cannot tell."""
     try:
-        return presence.live_workers(current_extension().jobs)
+        return current_extension().jobs.live_workers()
     except BrokerUnavailableError:
         return None
 
 
 def waiting_reasons(
-    found: Sequence[queries.OldestPending], workers: list[presence.WorkerRecord] | None
+    found: Sequence[queries.OldestPending], workers: list[WorkerRecord] | None
 ) -> dict[str, str]:
     """Why the pending turns of a type wait, for the types that no live worker serves."""
     if workers is None:
         return {row.agent_type: "cannot tell which workers are live (Redis)" for row in found}
     queue = current_extension().jobs.settings.queue
     reasons = {
-        row.agent_type: presence.reason_among(workers, queue=queue, agent_type=row.agent_type)
+        row.agent_type: waiting_reason(workers, queue=queue, agent_type=row.agent_type)
         for row in found
     }
     return {agent_type: reason for agent_type, reason in reasons.items() if reason}

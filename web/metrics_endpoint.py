@@ -1,5 +1,5 @@
 """``/metrics``: Prometheus text exposition of this process's think-jobs metrics plus the queue
-gauges read from the database (``think_jobs.metrics.exposition``).
+gauges read from the database (``think_jobs.observe.metrics.exposition``).
 
 Protected like the read API: a read or full bearer token (or an admin session). Setting
 ``THINK_JOBS_METRICS_PUBLIC = True`` lets anyone who can reach the route scrape it: turn it on
@@ -12,7 +12,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, current_app
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from think_jobs.metrics import exposition
+from think_jobs.observe.metrics import exposition
 from web import auth, security
 from web.errors import register_json_errors
 from web.extension import current_extension

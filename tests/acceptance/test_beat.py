@@ -74,7 +74,7 @@ def beat_processes(env: dict[str, str], count: int = 1) -> Iterator[list[BeatPro
 
 def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "think_jobs.cli", *args, "--app", APP],
+        [sys.executable, "-m", "think_jobs.cli.main", *args, "--app", APP],
         cwd=ROOT,
         env={**os.environ, **env},
         capture_output=True,

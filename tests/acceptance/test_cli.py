@@ -20,7 +20,7 @@ def think_jobs(
 ) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("THINK_JOBS_")}
     return subprocess.run(
-        [sys.executable, "-m", "think_jobs.cli", *args],
+        [sys.executable, "-m", "think_jobs.cli.main", *args],
         cwd=ROOT,
         env={**clean, **env},
         capture_output=True,

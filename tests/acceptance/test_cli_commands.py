@@ -134,7 +134,7 @@ def dev_process(
     clean = {k: v for k, v in os.environ.items() if not k.startswith("THINK_JOBS_")}
     dev_env = {**clean, **env}
     process = subprocess.Popen(
-        [sys.executable, "-m", "think_jobs.cli", "dev", *APP, "--port", str(port), "-c", "1"],
+        [sys.executable, "-m", "think_jobs.cli.main", "dev", *APP, "--port", str(port), "-c", "1"],
         cwd=ROOT,
         env=dev_env,
         stdout=subprocess.PIPE,

@@ -19,10 +19,10 @@ from typing import Any
 from celery import Celery
 
 from tests.apps.agents import Recorder
-from think_jobs import SubmissionInspection, Think, ThinkJobs
+from think_jobs import SubmissionInspection, Think, ThinkJobs, TurnFailedError
+from think_jobs.engine.workflows import TURN_TASK
 from think_jobs.messages import message_text
 from think_jobs.models import EchoModel, ModelRequest, Reply, ScriptedModel
-from think_jobs.workflows import TURN_TASK, TurnFailedError
 
 
 def posted_key(jobs: ThinkJobs) -> str:

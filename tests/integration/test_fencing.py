@@ -19,13 +19,14 @@ from typing import Any
 from sqlalchemy import update
 
 from tests.support.builders import buffer_key, user
-from think_jobs import Think, ThinkJobs, worker
+from think_jobs import Think, ThinkJobs
 from think_jobs.db.dialect import db_now_plus
 from think_jobs.db.tables import agents
-from think_jobs.execution import INTERRUPTED, Claimed, TurnResult, claim, run_and_release
+from think_jobs.engine import drain as worker
+from think_jobs.engine.execution import INTERRUPTED, Claimed, TurnResult, claim, run_and_release
+from think_jobs.engine.queueing import AgentRef
 from think_jobs.messages import message_text
 from think_jobs.models import ModelRequest
-from think_jobs.queueing import AgentRef
 from think_jobs.replay import assemble
 
 Gate = tuple[threading.Event, threading.Event]  # (reached, go on)
@@ -89,10 +90,12 @@ def paused_attempt(
     submission = agent.submit_messages([user("go")]).submission_id
     agent_id = jobs.agent_id_of(agent, create=False)
     assert agent_id is not None
-    claimed = claim(jobs, AgentRef(agent_id, "Gated", name))
+    claimed = claim(jobs.services, AgentRef(agent_id, "Gated", name))
     assert isinstance(claimed, Claimed)
     results: list[TurnResult] = []
-    thread = threading.Thread(target=lambda: results.append(run_and_release(jobs, claimed).result))
+    thread = threading.Thread(
+        target=lambda: results.append(run_and_release(jobs.services, claimed).result)
+    )
     thread.start()
     assert gate(name, 1)[0].wait(30)
     return agent, submission, thread, results
@@ -112,7 +115,7 @@ def expire_lease(jobs: ThinkJobs, agent: Think) -> None:
 def take_over_and_finish(jobs: ThinkJobs, agent: Think) -> None:
     agent_id = jobs.agent_id_of(agent, create=False)
     assert agent_id is not None
-    assert worker.drain(jobs, agent_id) == "ran 1"  # recovery: a continuation, attempt 2
+    assert worker.drain(jobs.services, agent_id) == "ran 1"  # recovery: a continuation, attempt 2
 
 
 def resume(name: str, thread: threading.Thread, attempt: int = 1) -> None:

@@ -25,7 +25,6 @@ from think_jobs.db import conversation as conversation_ops
 from think_jobs.errors import InvalidInputError, MessageValidationError, StoredMessageError
 from think_jobs.messages import coerce_message
 from think_jobs.models.base import ModelRequest
-from think_jobs.repair import remove_message, repair_message, unreadable_messages
 from think_jobs.testing import worker
 from web import create_app
 
@@ -124,9 +123,9 @@ def test_an_unreadable_message_is_named_and_can_be_repaired(jobs: ThinkJobs) -> 
     with pytest.raises(StoredMessageError) as caught:
         agent.get_messages()
     assert (caught.value.message_id, caught.value.position) == ("old-1", 1)
-    [found] = unreadable_messages(agent)
+    [found] = agent.unreadable_messages()
     assert (found.message_id, found.position) == ("old-1", 1)
-    repaired = repair_message(agent, "old-1")
+    repaired = agent.repair_message("old-1")
     assert repaired.kept_parts == 1
     assert [what.split(":")[0] for what in repaired.dropped] == ["parts[1].data", "metadata"]
     messages = agent.get_messages()
@@ -136,8 +135,8 @@ def test_an_unreadable_message_is_named_and_can_be_repaired(jobs: ThinkJobs) -> 
         "role": "user",
         "parts": [{"type": "text", "text": "keep me"}],
     }
-    assert unreadable_messages(agent) == []
-    assert repair_message(agent, "old-1").dropped == ()
+    assert agent.unreadable_messages() == []
+    assert agent.repair_message("old-1").dropped == ()
 
 
 def test_an_unreadable_message_can_be_removed_and_the_next_turn_runs(jobs: ThinkJobs) -> None:
@@ -145,8 +144,8 @@ def test_an_unreadable_message_can_be_removed_and_the_next_turn_runs(jobs: Think
     store_directly(jobs, agent, deep_message(900, "old-1"))
     with pytest.raises(StoredMessageError):
         agent.get_messages()
-    assert remove_message(agent, "old-1") is True
-    assert remove_message(agent, "old-1") is False
+    assert agent.remove_message("old-1") is True
+    assert agent.remove_message("old-1") is False
     assert agent.get_messages() == []
     submitted = agent.submit_messages([user('{"text": "fine again"}')])
     with worker(jobs):
@@ -164,7 +163,7 @@ def test_a_turn_over_an_unreadable_message_ends_in_error_naming_it_and_the_agent
         failed = wait_for_status(agent, first.submission_id, "error")
         assert "stored message 'old-1'" in failed.error and "remove or repair it" in failed.error
         assert failed.attempt == 1  # not retried: the next turn is not held up behind it
-        remove_message(agent, "old-1")
+        agent.remove_message("old-1")
         second = agent.submit_messages([user('{"text": "fine again"}')])
         wait_for_status(agent, second.submission_id, "completed")
 
@@ -204,9 +203,12 @@ class Mirror(Think):
 
 
 class MirrorModel:
+    """The request's messages as JSON text: a chunk nesting them would be deeper than they are,
+    and an accepted message may sit at the depth limit."""
+
     def stream(self, request: ModelRequest) -> Iterator[dict[str, Any]]:
         wires = [message.to_wire() for message in request.messages]
-        yield {"type": "data-mirror", "data": {"messages": wires}}
+        yield {"type": "data-mirror", "data": {"messages": json.dumps(wires)}}
 
 
 LEAVES = (
@@ -251,7 +253,7 @@ MESSAGES = st.builds(
 def mirrored(agent: Think, request_id: str) -> Any:
     for found in agent.stream(request_id, timeout_s=60):
         if found.chunk is not None and found.chunk.get("type") == "data-mirror":
-            return found.chunk["data"]["messages"]
+            return json.loads(found.chunk["data"]["messages"])
     raise AssertionError("no data-mirror chunk in the stream")
 
 
@@ -285,7 +287,8 @@ def test_accepted_input_round_trips_everywhere_and_refused_input_writes_nothing(
         wait_for_status(agent, result.submission_id, "completed")
         assert mirrored(agent, result.submission_id) == [expected]
         stored = [m.to_wire() for m in agent.get_messages()]
-        assert stored[0] == expected and stored[1]["parts"][-1]["data"]["messages"] == [expected]
+        seen = json.loads(stored[1]["parts"][-1]["data"]["messages"])
+        assert stored[0] == expected and seen == [expected]
         inspected = agent.inspect_submission(result.submission_id)
         assert inspected is not None and inspected.metadata == json.loads(json.dumps(metadata))
         base = f"/api/agents/Mirror/{agent.name}"

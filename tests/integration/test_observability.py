@@ -15,8 +15,8 @@ from tests.apps.agents import Recorder
 from tests.support.builders import directive, wait_for_status, wait_until
 from tests.support.processes import free_port
 from think_jobs import ThinkJobs
-from think_jobs.logs import JsonFormatter
-from think_jobs.metrics import exposition, start_metrics_server
+from think_jobs.observe.logs import JsonFormatter
+from think_jobs.observe.metrics import exposition, start_metrics_server
 from think_jobs.testing import worker
 
 SECRET = "my card number is 4111-1111"

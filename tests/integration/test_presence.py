@@ -10,8 +10,8 @@ import pytest
 
 from tests.apps.agents import Recorder, Support
 from tests.support.builders import user, wait_for_status, wait_until
-from think_jobs import ThinkJobs, presence
-from think_jobs import worker as worker_module
+from think_jobs import ThinkJobs
+from think_jobs.engine import drain as worker_module
 from think_jobs.testing import worker
 
 FAST = {"worker_heartbeat_interval_s": 0.2}
@@ -23,13 +23,13 @@ def test_a_running_worker_has_a_record_that_goes_with_it(
     jobs = make_jobs(**FAST)
     jobs.register(Support)
     with worker(jobs, concurrency=3):
-        live = wait_until(lambda: presence.live_workers(jobs))
+        live = wait_until(lambda: jobs.live_workers())
         (record,) = live
         assert record.role == "worker"
         assert record.queues == [jobs.settings.queue]
         assert record.agent_types == ["Support"]
         assert record.concurrency == 3
-    assert presence.live_workers(jobs) == []
+    assert jobs.live_workers() == []
 
 
 def test_pending_without_any_worker_says_so(jobs: ThinkJobs) -> None:
@@ -114,8 +114,8 @@ def test_an_unregistered_type_is_logged_once_per_type(
     assert agent_id is not None
     stranger = make_jobs()
     stranger.register(Recorder)
-    with caplog.at_level(logging.DEBUG, logger="think_jobs.worker"):
-        outcomes = [worker_module.drain(stranger, agent_id) for _ in range(3)]
+    with caplog.at_level(logging.DEBUG, logger="think_jobs.engine.drain"):
+        outcomes = [worker_module.drain(stranger.services, agent_id) for _ in range(3)]
     assert outcomes == ["unregistered"] * 3
     lines = [r for r in caplog.records if "is not registered in this worker" in r.getMessage()]
     assert [r.levelno for r in lines] == [logging.ERROR, logging.DEBUG, logging.DEBUG]

@@ -9,15 +9,19 @@ finished one in front) through the general path.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 
 from tests.support.builders import user
-from think_jobs import Think, ThinkJobs, worker
+from think_jobs import Think, ThinkJobs
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import turns as turn_ops
-from think_jobs.execution import Claimed, claim
+from think_jobs.domain.records import AgentRef, Claim, NewTurn
+from think_jobs.domain.status import Kind
+from think_jobs.engine import drain as worker
+from think_jobs.engine.execution import Claimed, claim
+from think_jobs.engine.queueing import admit_submission
 from think_jobs.models import ScriptedModel
-from think_jobs.queueing import AgentRef, Claim, admit_submission
 
 
 class Quiet(Think):
@@ -36,7 +40,7 @@ def queued(jobs: ThinkJobs, count: int) -> tuple[AgentRef, list[str]]:
 
 
 def claimed(jobs: ThinkJobs, agent: AgentRef) -> Claim:
-    result = claim(jobs, agent)
+    result = claim(jobs.services, agent)
     assert isinstance(result, Claimed), result
     return result.claim
 
@@ -78,14 +82,8 @@ def test_a_cancelled_head_is_passed_over(jobs: ThinkJobs) -> None:
 
 def admitted_as_head(jobs: ThinkJobs, agent: AgentRef, text: str) -> bool:
     with jobs.db.write() as conn:
-        admission = admit_submission(
-            conn,
-            agent.id,
-            submission_id=None,
-            idempotency_key=None,
-            trigger="submission",
-            messages=[user(text)],
-        )
+        new = NewTurn(str(uuid.uuid4()), Kind.SUBMISSION, "submission", messages=[user(text)])
+        admission = admit_submission(conn, agent.id, new, submission_id=None)
     assert admission.accepted
     return admission.is_head
 
@@ -123,10 +121,10 @@ def test_a_drain_runs_what_is_queued_and_then_gives_the_lease_back(
 ) -> None:
     jobs = make_jobs(drain_slice_s=60.0)
     agent, ids = queued(jobs, 3)
-    assert worker.drain(jobs, agent.id) == "ran 3"
+    assert worker.drain(jobs.services, agent.id) == "ran 3"
     quiet = jobs.get_agent(Quiet, "a")
     statuses = [inspection.status for i in ids if (inspection := quiet.inspect_submission(i))]
     assert statuses == ["completed"] * 3
     with jobs.db.read() as conn:
         assert not agent_ops.lease_is_live(conn, agent.id)
-    assert worker.drain(jobs, agent.id) == "idle"
+    assert worker.drain(jobs.services, agent.id) == "idle"

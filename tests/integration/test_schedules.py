@@ -29,14 +29,14 @@ from tests.apps.scheduled_agents import (
 from tests.support.builders import texts, user, wait_for_status
 from tests.support.processes import free_port
 from think_jobs import ScheduleError, ThinkJobs
-from think_jobs import schedules as schedule_api
-from think_jobs.beat import DatabaseScheduler, claim_due, fire_due
 from think_jobs.context import utcnow
 from think_jobs.db import schedules as schedule_ops
 from think_jobs.db.tables import turns
+from think_jobs.engine import schedules as schedule_api
 from think_jobs.scheduled_task import occurrence_key
 from think_jobs.scheduling import next_occurrence
 from think_jobs.testing import wait_until, worker
+from think_jobs.worker.beat import DatabaseScheduler, claim_due, fire_due
 
 FAST = {"beat_tick_interval_s": 0.2, "schedule_retry_backoff_s": 0.2}
 
@@ -162,7 +162,7 @@ def test_reconcile_rearms_changed_tasks_arms_new_ones_and_removes_dropped_ones(
     monkeypatch.setenv("TJ_TEST_EXTRA_TASK", "1")
     monkeypatch.setenv("TJ_TEST_DROP_NUDGE", "1")
     now = utcnow()
-    report = schedule_api.reconcile(sjobs, now=now)
+    report = schedule_api.reconcile(sjobs.services, now=now)
     assert (report.armed, report.rearmed, report.removed) == (2, 2, 2)
     for agent in agents:
         rows = stored(agent)
@@ -170,7 +170,7 @@ def test_reconcile_rearms_changed_tasks_arms_new_ones_and_removes_dropped_ones(
         assert rows["digest"].schedule == "every 2 hours"
         assert rows["digest"].next_run_at == next_occurrence("every 2 hours", now=now)
         assert rows["weekly"].timezone == "America/New_York"
-    assert schedule_api.reconcile(sjobs) == schedule_api.ReconcileReport(0, 0, 0)
+    assert schedule_api.reconcile(sjobs.services) == schedule_api.ReconcileReport(0, 0, 0)
 
 
 def test_reconcile_rearms_wall_clock_tasks_when_the_default_timezone_changes(
@@ -180,7 +180,7 @@ def test_reconcile_rearms_wall_clock_tasks_when_the_default_timezone_changes(
     agent.start()
     monkeypatch.setattr(Reporter, "get_default_timezone", lambda self: "Asia/Tokyo")
     now = utcnow()
-    assert schedule_api.reconcile(sjobs, now=now) == schedule_api.ReconcileReport(0, 1, 0)
+    assert schedule_api.reconcile(sjobs.services, now=now) == schedule_api.ReconcileReport(0, 1, 0)
     nudge = stored(agent)["nudge"]
     assert nudge.timezone == "Asia/Tokyo"
     assert nudge.next_run_at == next_occurrence("every day at 09:00 in Asia/Tokyo", now=now)
@@ -191,7 +191,7 @@ def test_reconcile_leaves_rows_that_match_the_code_alone(sjobs: ThinkJobs) -> No
     agent.start()
     make_due(agent, "digest")
     before = stored(agent)
-    assert schedule_api.reconcile(sjobs) == schedule_api.ReconcileReport(0, 0, 0)
+    assert schedule_api.reconcile(sjobs.services) == schedule_api.ReconcileReport(0, 0, 0)
     assert stored(agent) == before
 
 
@@ -202,7 +202,7 @@ def test_reconcile_arms_agents_that_existed_before_their_class_had_tasks(
     agent.start()
     with sjobs.db.write() as conn:
         conn.execute(schedule_ops.schedules.delete())
-    report = schedule_api.reconcile(sjobs)
+    report = schedule_api.reconcile(sjobs.services)
     assert report.armed == 2
     assert sorted(stored(agent)) == ["digest", "nudge"]
 
@@ -316,8 +316,8 @@ def test_firing_the_same_occurrence_twice_adds_nothing(sjobs: ThinkJobs) -> None
     agent = sjobs.get_agent(Reporter, "acme")
     agent.start()
     due = make_due(agent, "digest")
-    first = schedule_api.fire(sjobs, agent_id(agent), "digest", due)
-    again = schedule_api.fire(sjobs, agent_id(agent), "digest", due)
+    first = schedule_api.fire(sjobs.services, agent_id(agent), "digest", due)
+    again = schedule_api.fire(sjobs.services, agent_id(agent), "digest", due)
     submission_id = first.removeprefix("submitted ")
     assert (first, again) == (f"submitted {submission_id}", f"duplicate {submission_id}")
     assert len(agent.list_submissions()) == 1
@@ -340,8 +340,8 @@ def test_a_fire_for_a_task_removed_from_the_code_does_nothing(
     agent = sjobs.get_agent(Reporter, "acme")
     agent.start()
     monkeypatch.setenv("TJ_TEST_DROP_NUDGE", "1")
-    assert schedule_api.fire(sjobs, agent_id(agent), "nudge", utcnow()) == "removed"
-    assert schedule_api.fire(sjobs, 987_654, "nudge", utcnow()) == "unknown-agent"
+    assert schedule_api.fire(sjobs.services, agent_id(agent), "nudge", utcnow()) == "removed"
+    assert schedule_api.fire(sjobs.services, 987_654, "nudge", utcnow()) == "unknown-agent"
     assert agent.list_submissions() == []
 
 
@@ -351,7 +351,7 @@ def test_a_failing_handler_is_retried_up_to_max_attempts_and_the_next_run_stays_
     agent = sjobs.get_agent(Janitor, "j")
     agent.start()
     due = make_due(agent, "flaky")
-    with captured("think_jobs.schedules") as records, worker(sjobs):
+    with captured("think_jobs.engine.schedules") as records, worker(sjobs):
         assert fire_due(sjobs) == 1
         gave_up = wait_until(lambda: [r for r in records if r.levelno == logging.ERROR])
     assert "failed after 3 attempts" in gave_up[0].getMessage()
@@ -369,7 +369,7 @@ def test_a_handler_that_recovers_runs_until_it_succeeds(sjobs: ThinkJobs) -> Non
     agent = sjobs.get_agent(Janitor, "j")
     agent.start()
     make_due(agent, "recovers")
-    with captured("think_jobs.schedules") as records, worker(sjobs):
+    with captured("think_jobs.engine.schedules") as records, worker(sjobs):
         assert fire_due(sjobs) == 1
         wait_until(lambda: any(r.getMessage().endswith(": handled") for r in records))
     assert [e["attempt"] for e in read_events(sjobs)] == [1, 2, 3]
@@ -393,7 +393,7 @@ def test_run_now_with_an_occurrence_shares_its_idempotency_key_with_beat(sjobs: 
     }
     assert (first.accepted, again.accepted) == (True, False)
     assert again.submission_id == first.submission_id
-    fired = schedule_api.fire(sjobs, agent_id(agent), "digest", at_ms)
+    fired = schedule_api.fire(sjobs.services, agent_id(agent), "digest", at_ms)
     assert fired == f"duplicate {first.submission_id}"
 
 

@@ -20,7 +20,8 @@ from tests.support.processes import private_redis
 from think_jobs import ThinkJobs
 from think_jobs.keys import Keys
 from think_jobs.replay import assemble
-from think_jobs.streaming import (
+from think_jobs.testing import worker
+from think_jobs.transport.streams import (
     StreamRef,
     StreamWriter,
     _append,
@@ -28,7 +29,6 @@ from think_jobs.streaming import (
     buffered_events,
     chunk_tail,
 )
-from think_jobs.testing import worker
 
 REF = StreamRef("Agent:a", "req-1", 7)
 

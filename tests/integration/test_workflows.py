@@ -35,11 +35,11 @@ from tests.support.ordering import (
     turns_by_agent,
 )
 from tests.support.processes import WorkerProcess, private_postgres, worker_processes
-from think_jobs import ConfigurationError, InvalidInputError, Think, ThinkJobs
+from think_jobs import ConfigurationError, InvalidInputError, Think, ThinkJobs, TurnFailedError
 from think_jobs.db.tables import turns
+from think_jobs.engine.workflows import parse_step, render, step_messages
 from think_jobs.messages import UIMessage, message_text
 from think_jobs.testing import wait_until
-from think_jobs.workflows import TurnFailedError, parse_step, render, step_messages
 
 APP = "tests.apps.workflow_agents:jobs"
 TIMEOUT_S = 60

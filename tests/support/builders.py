@@ -80,7 +80,7 @@ def when_streamed(agent: Think, deltas: int, action: Callable[[], Any]) -> threa
 def buffer_key(agent: Think, request_id: str) -> str:
     """The Redis key of the stream buffer of the agent's turn ``request_id`` (keyed by row id;
     a key no stream has while there is no such turn)."""
-    from think_jobs.submissions import find_turn
+    from think_jobs.engine.submissions import find_turn
 
-    turn = find_turn(agent, request_id)
+    turn = find_turn(agent.jobs.services, agent, request_id)
     return agent.jobs.keys.stream_buffer(agent.address, turn.id if turn is not None else -1)

@@ -14,7 +14,7 @@ from tests.apps.agents import Journal, Recorder, read_events
 from tests.support.builders import directive
 from tests.support.processes import WorkerProcess
 from think_jobs import ThinkJobs
-from think_jobs.recovery import INTERRUPTED_AFTER_APPLIED, INTERRUPTED_PARTIALLY_APPLIED
+from think_jobs.domain.policy import INTERRUPTED_AFTER_APPLIED, INTERRUPTED_PARTIALLY_APPLIED
 from think_jobs.replay import assemble
 from think_jobs.testing import wait_until
 

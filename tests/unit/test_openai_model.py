@@ -27,6 +27,7 @@ from tests.support.openai_server import (
     tool_call,
 )
 from think_jobs.assembly import MessageAssembler
+from think_jobs.engine.model_loop import TurnRunner
 from think_jobs.messages import (
     DynamicToolPart,
     FilePart,
@@ -40,7 +41,6 @@ from think_jobs.messages import (
 from think_jobs.models import OpenAIChatModel
 from think_jobs.models.base import ModelRequest
 from think_jobs.models.openai_convert import to_openai_messages, to_openai_tools
-from think_jobs.runner import TurnRunner
 from think_jobs.signals import AbortController, AbortSignal
 from think_jobs.tools import Tool, tool
 

@@ -31,6 +31,7 @@ from think_jobs import ThinkJobs
 from think_jobs.context import utcnow
 from think_jobs.db import dashboard as queries
 from think_jobs.db.tables import turns
+from think_jobs.reports import StuckRule
 from think_jobs.testing import worker
 from web import create_app
 from web.charts import Axis, Chart, Series, bar_chart, line_chart, nice, scale
@@ -165,8 +166,8 @@ def test_queries_on_an_hour_of_real_turns(app: Flask, web_jobs: ThinkJobs) -> No
         depth = queries.queue_depth(conn, now=now)
         latency = queries.turn_latency(conn, now=now)
         oldest = queries.oldest_pending(conn)
-        stuck = queries.stuck_turns(conn, now=now, rule=queries.StuckRule())
-        strict = queries.stuck_turns(conn, now=now, rule=queries.StuckRule(3, min_s=200))
+        stuck = queries.stuck_turns(conn, now=now, rule=StuckRule())
+        strict = queries.stuck_turns(conn, now=now, rule=StuckRule(3, min_s=200))
     assert depth.instants[0] == now - 60 * M and depth.instants[-1] == now
     assert {k: list(v) for k, v in depth.by_type.items()} == expected_depth()
     assert list(depth.total) == [sum(c) for c in zip(*expected_depth().values(), strict=True)]
@@ -202,9 +203,9 @@ def test_usual_duration_is_the_median_of_the_last_day(web_jobs: ThinkJobs) -> No
 
 
 def test_the_stuck_rule() -> None:
-    rule = queries.StuckRule()
+    rule = StuckRule()
     assert (rule.limit_s(None), rule.limit_s(2.0), rule.limit_s(60.0)) == (60.0, 60.0, 300.0)
-    assert queries.StuckRule(factor=2, min_s=1).limit_s(3.0) == 6.0
+    assert StuckRule(factor=2, min_s=1).limit_s(3.0) == 6.0
     assert queries.quantile([1, 2, 3, 4, 10], 0.95) == pytest.approx(8.8)
     assert queries.quantile([7], 0.5) == 7
 

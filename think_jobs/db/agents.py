@@ -6,10 +6,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, case, func, or_, select, union, update
+from sqlalchemy import Connection, bindparam, case, func, literal, or_, select, union, update
 
 from think_jobs.db.dialect import db_now, db_now_plus, insert_ignoring_conflicts, seconds_param
 from think_jobs.db.tables import agents, turns
+from think_jobs.reports import AgentCounts
 
 
 def ensure_agent(conn: Connection, agent_type: str, agent_name: str) -> int:
@@ -162,7 +163,7 @@ def agents_needing_a_drain(conn: Connection, *, limit: int) -> list[int]:
     return list(conn.execute(query).scalars())
 
 
-def list_agents(conn: Connection) -> list[dict[str, Any]]:
+def list_agents(conn: Connection) -> list[AgentCounts]:
     """Every agent with its pending and running turn counts."""
     counts = (
         select(
@@ -179,12 +180,20 @@ def list_agents(conn: Connection) -> list[dict[str, Any]]:
         .outerjoin(counts, counts.c.agent_id == agents.c.id)
         .order_by(agents.c.agent_type, agents.c.agent_name)
     )
-    return [
-        {
-            "agent_type": r[0],
-            "agent_name": r[1],
-            "pending": int(r[2] or 0),
-            "running": int(r[3] or 0),
-        }
-        for r in conn.execute(query)
-    ]
+    return [AgentCounts(r[0], r[1], int(r[2] or 0), int(r[3] or 0)) for r in conn.execute(query)]
+
+
+def queue_counts(conn: Connection) -> list[tuple[str, str, int]]:
+    """(agent type, status, turns) for pending and running turns (the queue gauges)."""
+    query = (
+        select(agents.c.agent_type, turns.c.status, func.count())
+        .join(agents, agents.c.id == turns.c.agent_id)
+        .where(turns.c.status.in_(("pending", "running")))
+        .group_by(agents.c.agent_type, turns.c.status)
+    )
+    return [(row[0], row[1], int(row[2])) for row in conn.execute(query)]
+
+
+def ping(conn: Connection) -> None:
+    """A round trip (health checks)."""
+    conn.execute(select(literal(1)))

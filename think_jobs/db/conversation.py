@@ -98,7 +98,7 @@ def delete_conversation(conn: Connection, agent_id: int) -> int:
     return conn.execute(delete(messages).where(messages.c.agent_id == agent_id)).rowcount
 
 
-# -- operator repairs (think_jobs.repair): rows read as text, so nothing is parsed on the way --
+# -- operator repairs (think_jobs.engine.repair): rows read as text, nothing parsed on the way --
 
 _ROWS_JSON = (
     select(messages.c.message_id, cast(messages.c.data, Text))

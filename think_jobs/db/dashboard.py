@@ -20,92 +20,26 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy import ColumnElement, Connection, Float, Select, func, select, type_coerce
 
 from think_jobs.db.tables import agents, turns
 from think_jobs.db.turns import ACTIVE, TERMINAL
+from think_jobs.reports import (
+    DashboardData,
+    DepthSeries,
+    LatencyBucket,
+    OldestPending,
+    StuckRule,
+    StuckTurn,
+)
 
 WINDOW = timedelta(hours=1)
 DEPTH_STEP = timedelta(minutes=1)
 LATENCY_STEP = timedelta(minutes=5)
 BASELINE_WINDOW = timedelta(hours=24)
-
-
-@dataclass(frozen=True)
-class DepthSeries:
-    """Pending turns at each instant (oldest first), per agent type."""
-
-    instants: tuple[datetime, ...]
-    by_type: Mapping[str, tuple[int, ...]]
-
-    @property
-    def total(self) -> tuple[int, ...]:
-        columns = zip(*self.by_type.values(), strict=True)
-        return tuple(sum(column) for column in columns) or (0,) * len(self.instants)
-
-
-@dataclass(frozen=True)
-class LatencyBucket:
-    """Turns that finished in ``[start, end)``: how many, and their p50/p95 run time."""
-
-    start: datetime
-    end: datetime
-    count: int
-    p50_s: float | None
-    p95_s: float | None
-
-
-@dataclass(frozen=True)
-class OldestPending:
-    """The longest-waiting pending submission of one agent type."""
-
-    agent_type: str
-    agent_name: str
-    submission_id: str
-    created_at: datetime
-    pending: int  # pending submissions of this agent type, all agents
-
-    def age_s(self, now: datetime) -> float:
-        return (now - self.created_at).total_seconds()
-
-
-@dataclass(frozen=True)
-class StuckRule:
-    """A running turn looks stuck past ``max(min_s, factor * usual)``, where ``usual`` is the
-    p50 run time of its agent type's completed turns in the last 24 h (``min_s`` alone when
-    the type completed nothing in that time)."""
-
-    factor: float = 5.0
-    min_s: float = 60.0
-
-    def limit_s(self, usual_s: float | None) -> float:
-        return self.min_s if usual_s is None else max(self.min_s, self.factor * usual_s)
-
-
-@dataclass(frozen=True)
-class StuckTurn:
-    agent_type: str
-    agent_name: str
-    request_id: str
-    kind: str
-    started_at: datetime
-    running_s: float
-    usual_s: float | None
-    limit_s: float
-
-
-@dataclass(frozen=True)
-class DashboardData:
-    now: datetime
-    depth: DepthSeries
-    latency: list[LatencyBucket]
-    oldest: list[OldestPending]
-    stuck: list[StuckTurn]
-    rule: StuckRule
 
 
 def snapshot(conn: Connection, *, now: datetime, rule: StuckRule | None = None) -> DashboardData:

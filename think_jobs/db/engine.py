@@ -3,7 +3,7 @@
 SQLite gets WAL, a busy timeout and ``BEGIN IMMEDIATE`` for write transactions: a deferred
 transaction that later upgrades to a write lock can fail with "database is locked" no matter
 the timeout, while an immediate one simply waits its turn. PostgreSQL runs at READ COMMITTED;
-per-agent ordering comes from locking the agent row (see ``think_jobs.queueing``).
+per-agent ordering comes from locking the agent row (see ``think_jobs.engine.queueing``).
 Failures to reach the database surface as ``StorageUnavailableError`` with the cause chained.
 
 A pooled PostgreSQL connection is pinged when it comes out of the pool after more than
@@ -24,6 +24,8 @@ from sqlalchemy import Connection, Engine, create_engine, event, exc
 from sqlalchemy.engine import make_url
 
 from think_jobs.errors import ConfigurationError, StorageUnavailableError
+
+__all__ = ["ConcurrentWrite", "Connection", "Database", "create_db_engine"]
 
 _WRITE = "think_jobs_write"
 # A TCP connection to a server that vanished does not fail, it hangs: bound connecting, and
@@ -101,6 +103,11 @@ def create_db_engine(url: str, *, pool_size: int) -> Engine:
     return engine
 
 
+class ConcurrentWrite(Exception):
+    """A unique constraint refused a write, because a concurrent transaction made the same
+    row first: look again (the transaction was rolled back)."""
+
+
 class Database:
     """Owns the engine; hands out read and write transactions."""
 
@@ -138,6 +145,8 @@ class Database:
                 conn.execution_options(**{_WRITE: write})
                 with conn.begin():
                     yield conn
+        except exc.IntegrityError as error:
+            raise ConcurrentWrite(str(error.orig)) from error
         except (exc.OperationalError, exc.InterfaceError) as error:
             if "no such table" in str(error.orig):
                 raise ConfigurationError(_NOT_MIGRATED) from error

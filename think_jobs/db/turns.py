@@ -30,48 +30,19 @@ from sqlalchemy import (
 
 from think_jobs.db.dialect import db_now, db_now_plus, seconds_param
 from think_jobs.db.tables import turns
+from think_jobs.domain import status as domain_status
+from think_jobs.domain.records import Ended, HeadBrief, NewTurn, TurnRecord
+from think_jobs.domain.status import Kind, Status
 
-ACTIVE = ("pending", "running")
-TERMINAL = ("completed", "error", "aborted", "skipped")
-
-
-@dataclass(frozen=True)
-class TurnRecord:
-    """A snapshot of one ``think_turns`` row."""
-
-    id: int
-    agent_id: int
-    seq: int
-    request_id: str
-    kind: str
-    trigger: str
-    status: str
-    idempotency_key: str | None
-    messages: list[Any] | None
-    metadata: dict[str, Any] | None
-    body: dict[str, Any] | None
-    continuation: bool
-    error: str | None
-    attempt: int
-    recoveries: int
-    recovered_at_seq: int | None
-    assistant_message_id: str | None
-    messages_applied: bool
-    caller_expires_at: datetime | None
-    trace_context: dict[str, Any] | None
-    created_at: datetime
-    started_at: datetime | None
-    completed_at: datetime | None
-    followup: dict[str, Any] | None = None
-    followup_due_at: datetime | None = None
-
-    @property
-    def is_submission(self) -> bool:
-        return self.kind == "submission"
+ACTIVE = tuple(sorted(status.value for status in domain_status.ACTIVE))
+TERMINAL = tuple(sorted(status.value for status in domain_status.TERMINAL))
 
 
 def _record(row: Row[Any]) -> TurnRecord:
-    return TurnRecord(**row._mapping)
+    values = row._mapping
+    return TurnRecord(
+        **{**values, "status": Status(values["status"]), "kind": Kind(values["kind"])}
+    )
 
 
 _INSERT_DEFAULTS: dict[str, Any] = {
@@ -167,29 +138,43 @@ class Inserted:
     is_head: bool  # no active turn of the agent comes before it
 
 
-def insert_turn(conn: Connection, *, caller_ttl_s: float | None = None, **values: Any) -> Inserted:
-    """Insert a turn row, and say whether it is the agent's head (one round trip)."""
-    row = {**_INSERT_DEFAULTS, **values}
-    params = {**row, "head_of": row["agent_id"], "caller_ttl_s": caller_ttl_s}
+def insert_turn(conn: Connection, *, agent_id: int, seq: int, new: NewTurn) -> Inserted:
+    """Insert a turn row (pending), and say whether it is the agent's head (one round trip)."""
+    row = {
+        **_INSERT_DEFAULTS,
+        "agent_id": agent_id,
+        "seq": seq,
+        "status": Status.PENDING.value,
+        **{name: getattr(new, name) for name in _NEW_TURN_COLUMNS},
+    }
+    params = {**row, "head_of": agent_id, "caller_ttl_s": new.caller_ttl_s}
     inserted = conn.execute(_INSERT, params).one()
-    turn = TurnRecord(
-        id=inserted.id,
-        created_at=inserted.created_at,
-        caller_expires_at=inserted.caller_expires_at,
-        **row,
-    )
+    turn = _record_of_insert(row, inserted)
     # SQLite's RETURNING may already see the new row; PostgreSQL's does not.
     return Inserted(turn, is_head=inserted.head_seq is None or inserted.head_seq >= turn.seq)
 
 
-@dataclass(frozen=True)
-class HeadBrief:
-    """Just enough of an agent's next turn to decide who should run it."""
+_NEW_TURN_COLUMNS = (
+    "request_id",
+    "kind",
+    "trigger",
+    "messages",
+    "idempotency_key",
+    "metadata",
+    "body",
+    "continuation",
+    "trace_context",
+)
 
-    seq: int
-    kind: str
-    status: str
-    messages_applied: bool
+
+def _record_of_insert(row: dict[str, Any], inserted: Row[Any]) -> TurnRecord:
+    values = {**row, "status": Status(row["status"]), "kind": Kind(row["kind"])}
+    return TurnRecord(
+        id=inserted.id,
+        created_at=inserted.created_at,
+        caller_expires_at=inserted.caller_expires_at,
+        **values,
+    )
 
 
 def head_turn(conn: Connection, agent_id: int) -> TurnRecord | None:
@@ -200,7 +185,9 @@ def head_turn(conn: Connection, agent_id: int) -> TurnRecord | None:
 
 def head_brief(conn: Connection, agent_id: int) -> HeadBrief | None:
     row = conn.execute(_HEAD_BRIEF, {"agent_id": agent_id}).one_or_none()
-    return None if row is None else HeadBrief(**row._mapping)
+    if row is None:
+        return None
+    return HeadBrief(row.seq, Kind(row.kind), Status(row.status), row.messages_applied)
 
 
 def replace_record(turn: TurnRecord, **changes: Any) -> TurnRecord:
@@ -317,15 +304,6 @@ _FINISH = (
     .values(**_ENDED)
     .returning(*_ENDED_RETURNING)
 )
-
-
-@dataclass(frozen=True)
-class Ended:
-    """A turn moved to a terminal status: when (the database's clock), and the follow-up
-    task message to send now that it ended, if one was registered."""
-
-    completed_at: datetime
-    followup: dict[str, Any] | None
 
 
 def _ended(row: Row[Any] | None) -> Ended | None:

@@ -1,0 +1,1 @@
+"""The ``think-jobs`` command line (``think_jobs.cli.main``) and the demo it runs."""

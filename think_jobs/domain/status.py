@@ -1,0 +1,53 @@
+"""Every status word of think-jobs, in one place.
+
+``Status`` is a turn's stored status (``SubmissionStatus`` in the public API is this enum);
+``FinalStatus`` the four a finished turn can have (the type of a blocking call's result);
+``StopKind`` why a running attempt was told to stop; ``Kind`` what admitted a turn.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final, Literal
+
+
+class Status(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    ERROR = "error"
+    ABORTED = "aborted"
+    SKIPPED = "skipped"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+ACTIVE: Final = frozenset({Status.PENDING, Status.RUNNING})
+TERMINAL: Final = frozenset({Status.COMPLETED, Status.ERROR, Status.ABORTED, Status.SKIPPED})
+FinalStatus = Literal["completed", "error", "skipped", "aborted"]
+
+
+class Kind(StrEnum):
+    """A durable submission (run by workers) or a blocking call (run by its caller)."""
+
+    SUBMISSION = "submission"
+    BLOCKING = "blocking"
+
+
+class StopKind(StrEnum):
+    """Why a running attempt was told to stop."""
+
+    CANCELLED = "cancelled"  # cancel_submission / cancel_chat / a reset
+    SIGNAL = "signal"  # the caller's in-process signal (or its callback raised)
+    STALLED = "stalled"  # no chunk for stall_timeout_s: handed to recovery
+    LEASE_LOST = "lease_lost"  # another attempt owns the turn now
+
+    @property
+    def interrupts(self) -> bool:
+        """The attempt stops but the turn is not over: another attempt continues it."""
+        return self in (StopKind.STALLED, StopKind.LEASE_LOST)
+
+
+INTERRUPTED: Final = "interrupted"  # an attempt's result when it was interrupted (not a status)

@@ -1,0 +1,133 @@
+"""Stopping turns from any process: the database status first, then a Redis revocation flag.
+
+The status is the record (a cancelled submission is ``aborted`` from that moment, and no later
+write overwrites it); the flag is how the executor learns within one chunk. If Redis is down
+the executor still sees the status at its next heartbeat. A turn that never ran still gets
+the end of its stream, so followers do not wait forever. Who runs next after a pending turn
+was cancelled is ``handoff``'s decision.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+
+from think_jobs.db import turns as turn_ops
+from think_jobs.db.engine import Connection
+from think_jobs.domain.policy import SKIPPED_BY_RESET
+from think_jobs.domain.records import TurnRecord
+from think_jobs.domain.status import Status
+from think_jobs.engine import events, followups, handoff
+from think_jobs.engine.ports import AgentHooks, Services
+from think_jobs.transport import flags
+from think_jobs.transport.streams import StoredEnd, StreamRef, seal_from_store
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SKIPPED_BY_RESET", "abort_running", "cancel_turn", "reset_turns"]
+
+
+def cancel_turn(
+    services: Services,
+    agent: AgentHooks,
+    request_id: str,
+    reason: str | None,
+    *,
+    submissions_only: bool,
+) -> None:
+    """Abort a pending or running turn; unknown or finished turns are left alone."""
+    agent_id = services.agents.agent_id_of(agent, create=False)
+    if agent_id is None:
+        return
+    with services.db.write() as conn:
+        turn = turn_ops.get_turn(conn, agent_id, request_id)
+        if turn is None or not turn.active or (submissions_only and not turn.is_submission):
+            return
+        ended = turn_ops.end_turn(conn, turn.id, status=Status.ABORTED, error=reason)
+    if ended is not None:
+        followups.send_after_end(services, turn.id, ended)
+        _after_abort(services, agent, turn, reason)
+
+
+def abort_running(services: Services, agent: AgentHooks, reason: str | None) -> None:
+    """Abort every running turn of the agent (``abort_all_requests``)."""
+    agent_id = services.agents.agent_id_of(agent, create=False)
+    if agent_id is None:
+        return
+    with services.db.write() as conn:
+        running = [t for t in turn_ops.active_turns(conn, agent_id) if t.status is Status.RUNNING]
+        ended = [
+            (t, turn_ops.end_turn(conn, t.id, status=Status.ABORTED, error=reason)) for t in running
+        ]
+    for turn, end in ended:
+        if end is not None:
+            followups.send_after_end(services, turn.id, end)
+            _after_abort(services, agent, turn, reason)
+
+
+def reset_turns(services: Services, agent: AgentHooks) -> None:
+    """Skip every queued turn and abort the running one (``reset_turn_state``)."""
+    agent_id = services.agents.agent_id_of(agent, create=False)
+    if agent_id is None:
+        return
+    with services.db.write() as conn:
+        active = turn_ops.active_turns(conn, agent_id)
+        skipped = [t for t in active if t.status is Status.PENDING and _skip(conn, t)]
+        aborted = [t for t in active if t.status is Status.RUNNING and _abort(conn, t)]
+    for turn in skipped:
+        _announce_end(services, agent, turn, Status.SKIPPED, _skip_error(turn))
+    for turn in aborted:
+        _after_abort(services, agent, turn, None)
+    followups.send_due(services)
+
+
+def _skip_error(turn: TurnRecord) -> str | None:
+    return SKIPPED_BY_RESET if turn.is_submission else None
+
+
+def _skip(conn: Connection, turn: TurnRecord) -> bool:
+    error = _skip_error(turn)
+    pending = (Status.PENDING,)
+    ended = turn_ops.end_turn(
+        conn, turn.id, status=Status.SKIPPED, error=error, from_statuses=pending
+    )
+    return ended is not None
+
+
+def _abort(conn: Connection, turn: TurnRecord) -> bool:
+    return turn_ops.end_turn(conn, turn.id, status=Status.ABORTED, error=None) is not None
+
+
+def _after_abort(
+    services: Services, agent: AgentHooks, turn: TurnRecord, reason: str | None
+) -> None:
+    if turn.status is Status.RUNNING:  # its executor stops within a chunk and ends the stream
+        settings = services.settings
+        flags.set_revocation(
+            services.redis, services.keys, agent.address, turn.id, reason,
+            ttl_s=settings.revocation_ttl_s,
+        )  # fmt: skip
+        events.status_changed(agent, turn, Status.ABORTED, reason)
+        return
+    _announce_end(services, agent, turn, Status.ABORTED, reason)
+    handoff.after_cancelled(
+        services, turn.agent_id, agent.address, is_submission=turn.is_submission
+    )
+
+
+def _announce_end(
+    services: Services, agent: AgentHooks, turn: TurnRecord, status: Status, error: str | None
+) -> None:
+    """A turn that never ran still ends its stream, so followers do not wait forever (and an
+    earlier attempt that wakes up later can add nothing to it)."""
+    ref = StreamRef(agent.address, turn.request_id, turn.id)
+    try:
+        end = StoredEnd(status, error, None)
+        seal_from_store(
+            services.redis, services.keys, ref, end, ttl_s=services.settings.stream_ttl_s
+        )
+    except redis.RedisError as problem:
+        log.warning("end of stream %s not written (readers see it in the database): %s",
+                    turn.request_id, problem)  # fmt: skip
+    events.status_changed(agent, turn, status, error)

@@ -1,0 +1,156 @@
+"""What a worker does with a ``drain`` message, and the sweeper that nudges stuck agents.
+
+``drain(agent_id)`` runs at most one turn (the agent's head) and, on release, enqueues the
+next drain for the agent at the back of the Celery queue: an agent with a thousand pending
+turns takes one slot at a time and waits its round like everyone else.
+
+The sweeper runs in every worker (a thread, every ``sweep_interval_s``): it enqueues a drain
+for agents that have pending work but no live lease, which covers submissions accepted while
+the broker was down, drain messages lost with a Redis restart, and orphaned turns whose
+executor died (their lease expires, recovery takes over).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import weakref
+
+import redis
+
+from think_jobs.db import agents as agent_ops
+from think_jobs.domain.records import AgentRef, NotClaimed
+from think_jobs.engine import execution, followups, handoff
+from think_jobs.engine.ports import Services
+from think_jobs.errors import AgentNotRegisteredError, ThinkJobsError
+
+log = logging.getLogger(__name__)
+
+_SWEEP_BATCH = 1000
+
+
+def drain(services: Services, agent_id: int) -> str:
+    """Run the agent's next turns while its time slice lasts; returns what happened.
+
+    One turn at least; more of the same agent while ``drain_slice_s`` is not used up and turns
+    were queued behind the last one (saves a Celery round trip per turn when turns are quick).
+    Then the next drain goes to the back of the queue, so an agent with a long backlog takes
+    its share, not the workers; a turn admitted meanwhile is handed on by the release.
+    """
+    _forget_sweep_mark(services, agent_id)
+    agent = _agent_ref(services, agent_id)
+    if isinstance(agent, str):
+        return agent
+    deadline = time.monotonic() + services.settings.drain_slice_s
+    ran = 0
+    claimed = execution.claim(services, agent)
+    while True:
+        if isinstance(claimed, NotClaimed):
+            if claimed.reason == "caller":
+                handoff.caller_waits(services, agent)
+            return f"ran {ran}" if ran else claimed.reason
+        # Turns waiting and time left: keep the lease for the next one (claimed with the final
+        # write when no hook runs after it). Otherwise release now rather than look again.
+        keep = claimed.claim.queued_behind and time.monotonic() < deadline
+        outcome = execution.run_and_release(services, claimed, keep_lease=keep)
+        ran += 1
+        if keep and outcome.following is not None:
+            claimed = outcome.following
+        elif keep and claimed.lease.locally_valid():
+            claimed = execution.claim(services, agent, held=claimed.lease)
+        else:
+            if outcome.released is not None:
+                handoff.released(services, agent, outcome.released)
+            return f"ran {ran}"
+
+
+def _agent_ref(services: Services, agent_id: int) -> AgentRef | str:
+    identity = services.agents.identity_of(agent_id)
+    if identity is None:
+        return "unknown-agent"
+    try:
+        services.agents.instantiate(*identity)
+    except AgentNotRegisteredError:
+        _log_unregistered(services, identity[0])
+        return "unregistered"
+    return AgentRef(agent_id, *identity)
+
+
+_REPORTED_UNREGISTERED: weakref.WeakKeyDictionary[Services, set[str]] = weakref.WeakKeyDictionary()
+
+
+def _log_unregistered(services: Services, agent_type: str) -> None:
+    """ERROR once per type and process (then DEBUG): the sweeper retries every few seconds."""
+    reported = _REPORTED_UNREGISTERED.setdefault(services, set())
+    level = logging.DEBUG if agent_type in reported else logging.ERROR
+    reported.add(agent_type)
+    served = ", ".join(services.agents.agent_types) or "none"
+    log.log(
+        level,
+        "agent type %s is not registered in this worker (it serves: %s); its turns wait for a "
+        "worker started with the --app that registers it",
+        *(agent_type, served),
+    )
+
+
+def sweep(services: Services) -> int:
+    """Enqueue a drain for every agent with pending work and no live lease, and send the
+    follow-ups of ended turns nobody sent; returns how many drains were enqueued."""
+    with services.db.read() as conn:
+        agent_ids = agent_ops.agents_needing_a_drain(conn, limit=_SWEEP_BATCH)
+    sent = 0
+    for agent_id in agent_ids:
+        if _mark_swept(services, agent_id) and services.dispatch.enqueue_drain(agent_id):
+            sent += 1
+    followups.send_due(services)
+    return sent
+
+
+def _sweep_mark_ttl_s(services: Services) -> int:
+    return max(30, int(6 * services.settings.sweep_interval_s))
+
+
+def _mark_swept(services: Services, agent_id: int) -> bool:
+    """Remember (in Redis, with a TTL) that the sweeper sent a drain, so it does not pile up
+    duplicates behind a long queue. True if no mark was there."""
+    key = services.keys.swept(agent_id)
+    try:
+        return bool(services.redis.set(key, "1", nx=True, ex=_sweep_mark_ttl_s(services)))
+    except redis.RedisError:
+        return True
+
+
+def _forget_sweep_mark(services: Services, agent_id: int) -> None:
+    with contextlib.suppress(redis.RedisError):
+        services.redis.delete(services.keys.swept(agent_id))
+
+
+class Sweeper:
+    """A daemon thread calling ``sweep`` every ``sweep_interval_s`` until stopped."""
+
+    def __init__(self, services: Services) -> None:
+        self._services = services
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="think-jobs-sweeper", daemon=True)
+
+    def start(self) -> Sweeper:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                sweep(self._services)
+            except ThinkJobsError as error:
+                log.warning("sweep failed (will retry): %s", error)
+            except Exception:
+                log.exception("sweep failed (will retry)")
+            if self._stop.wait(self._services.settings.sweep_interval_s):
+                return

@@ -1,0 +1,330 @@
+"""The one owner of a claim: the lease, the watch, the stream's fence, the final write, release.
+
+Whoever holds a claim runs it through here: a Celery worker for submissions, the calling
+process for blocking calls (``save_messages``, ``chat``, ``continue_last_turn``). For the whole
+attempt this module holds the agent's ``Lease`` (every write of the attempt is fenced by it),
+runs the ``TurnWatch`` (heartbeat, signals), opens the turn's stream with the attempt number
+as its epoch (taking it over first when an earlier attempt may have written to it), runs the
+``Attempt``, and writes its ending:
+
+- ``Finished``: the reply and the final status in one fenced transaction — which also gives the
+  lease back when nothing runs inside the turn afterwards (no hook, no caller, no next turn
+  to keep it for) — then the stream's ``done`` and the hooks, then the release;
+- ``Interrupted`` by a stall: the partial reply is stored and the turn handed back to recovery;
+- ``Interrupted`` because the lease was lost: nothing is written and nothing released, since
+  another attempt owns the turn now. A stale attempt therefore never writes anything.
+
+Hooks run inside the turn, while the lease is still held, so a slow ``on_chat_response``
+delays the agent's next turn and a ``submit_messages`` made there is admitted before anything
+that comes later.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, replace
+
+from think_jobs.db import agents as agent_ops
+from think_jobs.db import conversation as conversation_ops
+from think_jobs.db import turns as turn_ops
+from think_jobs.db.engine import Connection
+from think_jobs.domain.records import AgentRef, Claim, NotClaimed, Released
+from think_jobs.domain.status import INTERRUPTED, Status, StopKind
+from think_jobs.engine import followups, handoff, queueing
+from think_jobs.engine.attempt import (
+    LEASE_LOST,
+    Attempt,
+    CallerTurn,
+    Interrupted,
+    MessagesFunction,
+    Tools,
+    TurnResult,
+    Written,
+    store_reply,
+)
+from think_jobs.engine.lease import Lease, LeaseLost
+from think_jobs.engine.model_loop import RunOutcome
+from think_jobs.engine.ports import AgentHooks, Services
+from think_jobs.engine.watch import TurnWatch, WatchTimings
+from think_jobs.errors import ThinkJobsError
+from think_jobs.transport.streams import StreamRef, StreamWriter
+
+__all__ = ["INTERRUPTED", "CallerTurn", "MessagesFunction", "TurnResult", "execute"]
+
+log = logging.getLogger(__name__)
+
+_ACTIVE_AGENTS: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "think_jobs_active_agents", default=frozenset()
+)
+
+
+def in_active_turn(address: str) -> bool:
+    """True inside a turn (or its hooks) of the agent at ``address`` in this thread/context."""
+    return address in _ACTIVE_AGENTS.get()
+
+
+@contextmanager
+def _active(address: str) -> Iterator[None]:
+    token = _ACTIVE_AGENTS.set(_ACTIVE_AGENTS.get() | {address})
+    try:
+        yield
+    finally:
+        _ACTIVE_AGENTS.reset(token)
+
+
+# -- claiming ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A claim and the lease it holds for its attempt."""
+
+    claim: Claim
+    lease: Lease
+
+
+def claim(
+    services: Services,
+    agent: AgentRef,
+    *,
+    caller_turn_id: int | None = None,
+    held: Lease | None = None,
+) -> Claimed | NotClaimed:
+    """Take the agent's lease (or renew ``held``) and start its next turn (see
+    ``queueing.claim_next``); a turn whose messages are already applied gets its conversation
+    read in the same transaction."""
+    sent = time.monotonic()
+    with services.db.write() as conn:
+        token = held.token if held is not None else None
+        return _claim_in(services, conn, agent, sent, caller_turn_id=caller_turn_id, token=token)
+
+
+def _claim_in(
+    services: Services,
+    conn: Connection,
+    agent: AgentRef,
+    sent: float,
+    *,
+    caller_turn_id: int | None = None,
+    token: str | None = None,
+    renewed: agent_ops.Held | None = None,
+) -> Claimed | NotClaimed:
+    settings = services.settings
+    claimed = queueing.claim_next(
+        conn,
+        agent,
+        lease_ttl_s=settings.lease_ttl_s,
+        max_recoveries=settings.recovery_max_attempts,
+        caller_turn_id=caller_turn_id,
+        held_token=token,
+        renewed=renewed,
+    )
+    if isinstance(claimed, NotClaimed):
+        return claimed
+    if claimed.turn.messages_applied:
+        claimed = replace(claimed, history=conversation_ops.load_messages_json(conn, agent.id))
+    return Claimed(claimed, _lease(services, claimed, sent))
+
+
+def _lease(services: Services, claim: Claim, sent: float) -> Lease:
+    settings = services.settings
+    ttl_s = settings.lease_ttl_s
+    started = claim.turn.started_at
+    assert started is not None
+    # Stop this long before the lease may lapse: a watch poll and a chunk or two.
+    safety_s = min(ttl_s / 3, max(2 * settings.cancel_poll_interval_s, ttl_s / 10))
+    return Lease(services.db, claim.agent_id, claim.token, ttl_s, sent + ttl_s, started, safety_s)
+
+
+# -- running -----------------------------------------------------------------------------------
+
+
+def execute(services: Services, claimed: Claimed, caller: CallerTurn | None = None) -> TurnResult:
+    """Run the claimed turn to its end, then release the lease and hand on to the next turn."""
+    ran = run_and_release(services, claimed, caller)
+    if ran.released is not None:
+        handoff.released(services, claimed.claim.agent, ran.released)
+    return ran.result
+
+
+@dataclass(frozen=True)
+class Ran:
+    """How an attempt ended for its runner: its result; the agent's queue as the lease was
+    given back (None: lost, kept, or the release failed); and, when the lease was kept, the
+    next turn already claimed with the final write (or why there was none)."""
+
+    result: TurnResult
+    released: Released | None
+    following: Claimed | NotClaimed | None = None
+
+
+def run_and_release(
+    services: Services,
+    claimed: Claimed,
+    caller: CallerTurn | None = None,
+    *,
+    keep_lease: bool = False,
+) -> Ran:
+    """Run the claimed turn and release the lease; the caller decides who runs what is next.
+
+    With ``keep_lease`` the lease is kept for the next turn: with no hook to run after the
+    final write, that write also claims the next turn (``Ran.following``); otherwise the
+    caller claims it with ``claim(..., held=claimed.lease)``.
+    """
+    claim, lease = claimed.claim, claimed.lease
+    agent = services.agents.instantiate(claim.agent_type, claim.agent_name)
+    tools = _tools(services, agent, claim, lease, caller)
+    run = _Run(services, agent, claim, caller, tools, keep_lease=keep_lease)
+    try:
+        with _active(agent.address):
+            result = run.perform()
+    finally:
+        tools.watch.close()
+    return Ran(result, run.finish_release(), run.following)
+
+
+def _tools(
+    services: Services, agent: AgentHooks, claim: Claim, lease: Lease, caller: CallerTurn | None
+) -> Tools:
+    turn = claim.turn
+    ref = StreamRef(agent.address, turn.request_id, turn.id)
+    writer = StreamWriter(
+        services.clients.stream,
+        services.keys,
+        ref,
+        epoch=turn.attempt,
+        ttl_s=services.settings.stream_ttl_s,
+        prefix=[] if turn.attempt <= 1 else None,  # a first attempt's stream is empty
+        may_send=lease.locally_valid,
+        done_timeout_s=services.settings.broker_publish_timeout_s,
+    )
+    if turn.attempt > 1:
+        writer.take_over()  # before the partial is read: nothing stale can be added after
+    watch = TurnWatch(
+        lease,
+        turn,
+        revocations=services.revocations,
+        revocation_key=services.keys.revoked(agent.address, turn.id),
+        timings=WatchTimings(
+            services.settings.heartbeat_interval_s, services.settings.cancel_poll_interval_s
+        ),
+        signal=caller.signal if caller else None,
+        stall_timeout_s=agent.stall_timeout_s,
+    )
+    return Tools(lease, watch.start(), writer)
+
+
+class _Run:
+    """One attempt's life as this module owns it: run, write the ending, deliver, release."""
+
+    def __init__(
+        self,
+        services: Services,
+        agent: AgentHooks,
+        claim: Claim,
+        caller: CallerTurn | None,
+        tools: Tools,
+        *,
+        keep_lease: bool,
+    ) -> None:
+        self.services, self.claim, self.tools = services, claim, tools
+        self.attempt = Attempt(services, agent, claim, caller, tools)
+        # With no hook or callback to run inside the turn after the final write, that write
+        # also releases the lease, or claims the next turn when the lease is kept for it: one
+        # transaction less per turn.
+        alone = caller is None and not _has_turn_hooks(agent)
+        self.release_with_final = alone and not keep_lease
+        self.claim_with_final = alone and keep_lease
+        self.keep_lease = keep_lease
+        self.released: Released | None = None
+        self.following: Claimed | NotClaimed | None = None
+        self.lost = False
+
+    def perform(self) -> TurnResult:
+        ending = self.attempt.run()
+        if isinstance(ending, Interrupted):
+            return self._interrupted(ending)
+        try:
+            written = self._write_final(ending.outcome)
+        except LeaseLost:
+            return self._interrupted(Interrupted(LEASE_LOST))
+        return self.attempt.deliver(ending.outcome, written)
+
+    def _write_final(self, outcome: RunOutcome) -> Written:
+        """The reply and the final status, fenced (never over a status set meanwhile)."""
+        status, error = self.attempt.final_status(outcome)
+        turn = self.claim.turn
+        with self._fenced("final") as conn:
+            ended = turn_ops.finish_turn(conn, turn, status=status, error=error)
+            if ended is None:
+                stored = turn_ops.get_turn_by_id(conn, turn.id)
+                if stored is not None and stored.status is not Status.RUNNING:
+                    status, error = stored.status, stored.error
+            if outcome.has_content:
+                store_reply(conn, turn, outcome.message, self.tools.lease)
+            if self.release_with_final:
+                self.released = Released(turn_ops.head_brief(conn, turn.agent_id))
+            if self.claim_with_final:
+                self.following = self._claim_following(conn)
+        followups.send_after_end(self.services, turn.id, ended)
+        return Written(status, error, by_us=ended is not None)
+
+    def _claim_following(self, conn: Connection) -> Claimed | NotClaimed:
+        """The next turn, claimed in the final write's transaction under the lease it just
+        renewed (a NotClaimed "idle" gives the lease back there)."""
+        claim, lease = self.claim, self.tools.lease
+        agent = AgentRef(claim.agent_id, claim.agent_type, claim.agent_name)
+        sent, renewed = lease.renewed_at, lease.held
+        return _claim_in(self.services, conn, agent, sent, token=lease.token, renewed=renewed)
+
+    def _fenced(self, kind: str) -> AbstractContextManager[Connection]:
+        lease = self.tools.lease
+        return lease.releasing(kind) if self.release_with_final else lease.write(kind)
+
+    def _interrupted(self, ending: Interrupted) -> TurnResult:
+        if ending.reason.kind is StopKind.LEASE_LOST:
+            self.lost = True
+        elif ending.partial is not None:
+            self._hand_to_recovery(ending.partial)
+        return self.attempt.interrupted(ending)
+
+    def _hand_to_recovery(self, partial: RunOutcome) -> None:
+        """A stalled attempt: keep its partial reply and put the turn back for a continuation."""
+        turn = self.claim.turn
+        try:
+            with self.tools.lease.write("stall") as conn:
+                if partial.has_content:
+                    store_reply(conn, turn, partial.message, self.tools.lease)
+                turn_ops.requeue_turn(conn, turn)
+        except LeaseLost:
+            self.lost = True
+
+    def finish_release(self) -> Released | None:
+        """Give the lease back unless it was released with the final write, lost, or kept."""
+        if self.tools.lease.released:
+            return self.released
+        if self.lost or self.keep_lease:
+            return None
+        return _release(self.tools.lease, self.claim)
+
+
+def _release(lease: Lease, claim: Claim) -> Released | None:
+    try:
+        return Released(lease.release())
+    except LeaseLost:
+        return None
+    except ThinkJobsError:
+        log.exception("could not release the lease of %s; it will expire", claim.agent_name)
+        return None
+
+
+def _has_turn_hooks(agent: AgentHooks) -> bool:
+    """Whether the agent overrides a hook that runs after a turn's final write."""
+    return any(agent.overrides(hook) for hook in _TURN_HOOKS)
+
+
+_TURN_HOOKS = ("on_chat_response", "on_chat_error", "on_submission_status")

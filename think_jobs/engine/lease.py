@@ -1,0 +1,99 @@
+"""The agent's lease, as held by one attempt: the fence every write of the attempt goes through.
+
+A lease is a token and an expiry on the agent row (taken by ``queueing.claim_next``). Holding
+it is what makes an attempt the one allowed to run the agent's turn — but a lease is not a
+lock: the holder may be paused (GC, SIGSTOP, a VM migrated) or cut off for longer than the
+lease lasts, then carry on. So every database write made for an attempt starts, in the same
+transaction, with a statement on the agent row that only matches while the token is still
+ours (``renew_lease``, or ``release_lease`` for the final write that also gives the lease
+back). It locks the row until commit, so no other process can take the lease between the
+check and the write; when it matches nothing, ``LeaseLost`` is raised and nothing of the
+transaction is written. The lease's expiry comes from the database server's clock.
+
+``valid_until`` is this process's own bound (monotonic clock): the lease cannot have been
+taken before it, because the database set the expiry ``ttl_s`` after the renewal was sent.
+The stream writer asks ``locally_valid()`` before each send and the watch stops the turn when
+it turns false — ``safety_s`` before ``valid_until``, so that an attempt that could not renew
+(cut off from the database) has stopped before anyone else may start the turn.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from think_jobs.db import agents as agent_ops
+from think_jobs.db import turns as turn_ops
+from think_jobs.db.engine import Connection, Database
+from think_jobs.domain.records import HeadBrief, TurnRecord
+from think_jobs.errors import ThinkJobsError
+from think_jobs.observe import metrics
+
+
+class LeaseLost(ThinkJobsError):
+    """The attempt no longer holds the agent's lease: another attempt owns the turn. Nothing
+    of the write that raised it was stored."""
+
+
+@dataclass
+class Lease:
+    """One attempt's hold on an agent's lease (see the module docstring)."""
+
+    db: Database
+    agent_id: int
+    token: str
+    ttl_s: float
+    valid_until: float  # monotonic seconds
+    db_now: datetime  # the database server's time at the last renewal
+    safety_s: float = 0.0
+    released: bool = field(default=False)
+    held: agent_ops.Held | None = None  # the last renewal (in the current write, if any)
+    renewed_at: float = 0.0  # monotonic time that renewal was sent
+
+    def locally_valid(self) -> bool:
+        """False once this process cannot be sure it will still hold the lease a little while
+        (``safety_s``): time to stop before anyone else may take it."""
+        return not self.released and time.monotonic() < self.valid_until - self.safety_s
+
+    @contextmanager
+    def write(self, kind: str) -> Iterator[Connection]:
+        """A write transaction that first renews the lease; raises ``LeaseLost`` (nothing
+        written) when the lease is not ours any more. ``kind`` names the write in metrics."""
+        sent = time.monotonic()
+        with self.db.write() as conn:
+            held = agent_ops.renew_lease(conn, self.agent_id, self.token, ttl_s=self.ttl_s)
+            if held is None:
+                raise self._lost(kind)
+            self.db_now, self.held, self.renewed_at = held.now, held, sent
+            yield conn
+        self.valid_until = sent + self.ttl_s
+
+    @contextmanager
+    def releasing(self, kind: str) -> Iterator[Connection]:
+        """A write transaction that gives the lease back first (the attempt's last write);
+        raises ``LeaseLost`` (nothing written) when the lease is not ours any more."""
+        with self.db.write() as conn:
+            if not agent_ops.release_lease(conn, self.agent_id, self.token):
+                raise self._lost(kind)
+            yield conn
+        self.released = True
+
+    def heartbeat(self, turn_id: int) -> TurnRecord | None:
+        """Renew the lease and read the turn (a cancel that found Redis down shows here).
+        Raises ``LeaseLost``, or ``StorageUnavailableError`` when the database is out of reach."""
+        with self.write("heartbeat") as conn:
+            return turn_ops.get_turn_by_id(conn, turn_id)
+
+    def release(self) -> HeadBrief | None:
+        """Give the lease back and return the agent's new head (same transaction); raises
+        ``LeaseLost`` when it was not ours any more."""
+        with self.releasing("release") as conn:
+            return turn_ops.head_brief(conn, self.agent_id)
+
+    def _lost(self, kind: str) -> LeaseLost:
+        metrics.FENCED_WRITES.labels(kind).inc()
+        self.valid_until = 0.0
+        return LeaseLost(f"the lease of agent {self.agent_id} was lost before a {kind} write")

@@ -1,0 +1,225 @@
+"""One turn of the model: framing, the tool loop, cancellation checks. No Celery, no SQL.
+
+The runner pulls chunks from the model step by step, frames them (``start``, ``start-step``,
+``finish-step``, ``finish``), feeds them to the assembler that builds the assistant message,
+hands each to ``emit`` (which publishes it), and checks ``should_stop`` between chunks so a
+cancelled turn stops within one chunk. Server tools run between steps.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from think_jobs.assembly import MessageAssembler
+from think_jobs.chunks import (
+    AbortChunk,
+    Chunk,
+    ErrorChunk,
+    FinishChunk,
+    FinishStepChunk,
+    StartChunk,
+    StartStepChunk,
+    ToolOutputAvailableChunk,
+    ToolOutputErrorChunk,
+    parse_chunk,
+)
+from think_jobs.domain.status import FinalStatus
+from think_jobs.limits import value_problem
+from think_jobs.messages import DynamicToolPart, ToolPart, UIMessage
+from think_jobs.models.base import Model, ModelRequest
+from think_jobs.observe import tracing
+from think_jobs.tools import Tool
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[Chunk], None]
+RunStatus = FinalStatus
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    status: str
+    error: str | None
+    message: UIMessage
+    has_content: bool
+
+
+class _Stopped(Exception):
+    """Raised inside the loop when ``should_stop`` turns true."""
+
+
+class _ModelFailed(Exception):
+    """The model raised, or streamed an ``error`` chunk (then ``streamed`` is True)."""
+
+    def __init__(self, message: str, *, streamed: bool = False) -> None:
+        super().__init__(message)
+        self.streamed = streamed
+
+
+@dataclass
+class TurnRunner:
+    model: Model
+    request: ModelRequest
+    assembler: MessageAssembler
+    emit: Emit
+    should_stop: Callable[[], bool]
+    max_steps: int
+    depth_limit: int = 64  # JSON nesting a chunk may carry (what is stored must read back)
+
+    def run(self) -> RunOutcome:
+        """Run the whole tool loop; never raises for model or tool failures."""
+        self._send(StartChunk(message_id=self.assembler.message_id))
+        try:
+            self._steps()
+        except _Stopped:
+            return self._aborted()
+        except _ModelFailed as failure:
+            if not failure.streamed:
+                self.emit(ErrorChunk(error_text=str(failure)))
+            return self._outcome("error", str(failure))
+        self._send(FinishChunk())
+        return self._outcome("completed", None)
+
+    def _steps(self) -> None:
+        for step in range(self.max_steps):
+            self._check_stop()
+            self._send(StartStepChunk())
+            with tracing.span("think_jobs.model_step", attributes={"think_jobs.step": step}):
+                self._stream_step(step)
+            self._send(FinishStepChunk())
+            if not self._run_pending_tools():
+                return
+
+    def _stream_step(self, step: int) -> None:
+        request = replace(self.request, messages=self._conversation(), step=step)
+        stream = _iterate(self.model, request)
+        try:
+            for raw in stream:
+                self._take(_parse_model_chunk(raw, self.depth_limit))
+            self._check_stop()  # a model that saw the signal may simply end its stream
+        except (_Stopped, _ModelFailed):
+            raise
+        except Exception as error:
+            raise _ModelFailed(_describe(error)) from error
+        finally:
+            _close(stream)
+
+    def _take(self, chunk: Chunk) -> None:
+        if isinstance(chunk, ErrorChunk):
+            self.emit(chunk)
+            raise _ModelFailed(chunk.error_text, streamed=True)
+        self._send(chunk)
+        self._check_stop()
+
+    def _conversation(self) -> list[UIMessage]:
+        """The request's messages, plus this turn's reply so far once it has content (a
+        reply that is only its ``step-start`` is not shown to the model: SPEC §4)."""
+        if not self.assembler.has_content:
+            return list(self.request.messages)
+        return [*self.request.messages, self.assembler.message]
+
+    def _run_pending_tools(self) -> bool:
+        """Execute server tools whose input is available; True if any ran (call the model again)."""
+        ran = False
+        for part in self.assembler.message.parts:
+            if isinstance(part, ToolPart | DynamicToolPart) and part.state == "input-available":
+                tool = self.request.tools.get(part.tool_name)
+                if tool is None and part.provider_executed:
+                    continue
+                self._check_stop()
+                with tracing.span(
+                    "think_jobs.tool", attributes={"think_jobs.tool": part.tool_name}
+                ):
+                    result = _execute_tool(tool, part.tool_name, part.tool_call_id, part.input)
+                    result = _bounded_output(result, self.depth_limit)
+                self._send(result)
+                ran = True
+        return ran
+
+    def _send(self, chunk: Chunk) -> None:
+        self.assembler.feed(chunk)
+        self.emit(chunk)
+
+    def _check_stop(self) -> None:
+        if self.should_stop():
+            raise _Stopped
+
+    def _aborted(self) -> RunOutcome:
+        self._send(AbortChunk())
+        return self._outcome("aborted", None)
+
+    def _outcome(self, status: RunStatus, error: str | None) -> RunOutcome:
+        return RunOutcome(status, error, self.assembler.message, self.assembler.has_content)
+
+
+def _iterate(model: Model, request: ModelRequest) -> Iterator[Chunk | Mapping[str, Any]]:
+    try:
+        return iter(model.stream(request))
+    except Exception as error:
+        raise _ModelFailed(_describe(error)) from error
+
+
+def _parse_model_chunk(raw_iterator_item: Chunk | Mapping[str, Any], depth_limit: int) -> Chunk:
+    try:
+        chunk = parse_chunk(raw_iterator_item)
+    except Exception as error:
+        raise _ModelFailed(f"model produced an invalid chunk: {error}") from error
+    problem = json_problem(chunk, depth_limit)
+    if problem is not None:
+        raise _ModelFailed(f"model produced a chunk that could not be stored: {problem}")
+    return chunk
+
+
+_FREE_JSON = ("data", "input", "output", "message_metadata", "provider_metadata")
+_PLAIN = frozenset({"text-delta", "reasoning-delta", "text-start", "text-end"})
+
+
+def json_problem(chunk: Chunk, depth_limit: int) -> str | None:
+    """Why a chunk's free-form JSON (data, tool input and output, metadata) could not be
+    stored and read back (too deep, not JSON), or None. Text chunks carry none."""
+    if chunk.type in _PLAIN:
+        return None
+    for name in _FREE_JSON:
+        value = getattr(chunk, name, None)
+        if value is not None:
+            problem = value_problem(value, f"{chunk.type}.{name}", depth_limit=depth_limit)
+            if problem is not None:
+                return problem
+    return None
+
+
+def _bounded_output(result: Chunk, depth_limit: int) -> Chunk:
+    """A tool's output that could not be stored becomes the tool's error."""
+    problem = json_problem(result, depth_limit)
+    if problem is None or not isinstance(result, ToolOutputAvailableChunk):
+        return result
+    return ToolOutputErrorChunk(tool_call_id=result.tool_call_id, error_text=problem)
+
+
+def _close(stream: Iterator[Any]) -> None:
+    close = getattr(stream, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception:  # a model that fails while being closed must not mask the outcome
+            log.exception("model stream raised while closing")
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error)
+    return text if text else type(error).__name__
+
+
+def _execute_tool(tool: Tool | None, name: str, call_id: str, raw_input: Any) -> Chunk:
+    if tool is None:
+        return ToolOutputErrorChunk(tool_call_id=call_id, error_text=f'unknown tool "{name}"')
+    try:
+        output = tool.execute(raw_input if isinstance(raw_input, Mapping) else {})
+        json.dumps(output)
+    except Exception as error:
+        return ToolOutputErrorChunk(tool_call_id=call_id, error_text=_describe(error))
+    return ToolOutputAvailableChunk(tool_call_id=call_id, output=output)

@@ -1,0 +1,238 @@
+"""Admission and claims: where per-agent FIFO and mutual exclusion come from.
+
+Ordering lives in the database, not in Redis or Celery:
+
+- **Admission** increments the agent row's ``admitted`` counter (locking the row until commit)
+  and stores the turn with that number as ``seq``. Numbers are therefore handed out in commit
+  order per agent, and two admissions with the same idempotency key serialise on the row.
+- **Claim**: a process may run a turn only while it holds the agent's lease
+  (``lease_token``, ``lease_expires_at``), taken with a conditional UPDATE. The turn it runs
+  is always the agent's head: the lowest ``seq`` that is pending or running. A running head
+  found by a new lease holder was orphaned by a dead executor and goes to recovery first.
+  The common case, a submission at the head not yet begun, is started by one conditional
+  UPDATE that finds the head and marks it running (``turns.start_fresh_head``).
+- **Release** frees the lease and, in the same transaction, looks at the new head, so a turn
+  admitted at that instant is never stranded: the releaser enqueues a drain for it (worker
+  turns) or wakes the waiting caller (blocking turns).
+
+Whether a lease is live is decided by the database server's clock, inside the statements
+(``db_now``), never by the clock of the process asking. What an attempt writes while it holds
+the lease goes through ``think_jobs.engine.lease`` (the fence).
+
+Celery only carries "look at agent N" messages (``think_jobs.drain``); a lost or duplicated
+message can delay a turn but never reorder or double-run one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection
+
+from think_jobs.db import agents as agent_ops
+from think_jobs.db import conversation as conversation_ops
+from think_jobs.db import turns as turn_ops
+from think_jobs.domain import policy
+from think_jobs.domain.records import (
+    Admission,
+    AgentRef,
+    Claim,
+    NewTurn,
+    NotClaimed,
+    Released,
+    TurnRecord,
+)
+from think_jobs.domain.status import Kind, Status
+from think_jobs.messages import new_message_id
+
+REGENERATE = "regenerate"  # a submission whose turn replaces the agent's last reply
+_MAX_STALE_HEADS = 100
+
+__all__ = [
+    "REGENERATE",
+    "Admission",
+    "AgentRef",
+    "Claim",
+    "NotClaimed",
+    "Released",
+    "admit",
+    "admit_submission",
+    "claim_next",
+    "release",
+]
+
+
+def admit(
+    conn: Connection, agent_id: int, new: NewTurn, *, admitted: agent_ops.Admitted | None = None
+) -> Admission:
+    """Store a new turn at the tail of the agent's queue.
+
+    ``is_head`` says whether someone must be nudged: not if the agent's lease is held (its
+    holder hands on when it releases), not if older turns wait (their nudge comes first).
+    """
+    admitted = admitted or agent_ops.next_admission(conn, agent_id)
+    inserted = turn_ops.insert_turn(conn, agent_id=agent_id, seq=admitted.seq, new=new)
+    is_head = inserted.is_head and not admitted.lease_held
+    return Admission(inserted.turn, accepted=True, is_head=is_head)
+
+
+def admit_submission(
+    conn: Connection, agent_id: int, new: NewTurn, *, submission_id: str | None
+) -> Admission:
+    """Admit a durable submission, or return the one these ids already name (accepted=False;
+    ``submission_id`` is the id the caller gave, if any)."""
+    admitted = agent_ops.next_admission(conn, agent_id)  # locks the row: duplicates serialise
+    key = new.idempotency_key
+    found = turn_ops.find_by_request_or_key(conn, agent_id, submission_id, key)
+    existing = policy.existing_submission(found, submission_id, key)
+    if existing is not None:
+        return Admission(existing, accepted=False, is_head=False)
+    return admit(conn, agent_id, new, admitted=admitted)
+
+
+def claim_next(
+    conn: Connection,
+    agent: AgentRef,
+    *,
+    lease_ttl_s: float,
+    max_recoveries: int,
+    caller_turn_id: int | None = None,
+    held_token: str | None = None,
+    renewed: agent_ops.Held | None = None,
+) -> Claim | NotClaimed:
+    """Take the agent's lease and start its head turn, all in ``conn``'s transaction.
+
+    ``caller_turn_id`` is the blocking turn of the calling process, which it may run; any
+    process may run a durable submission at the head (callers help drain what is ahead of
+    them, so a blocking call never depends on a free worker slot). ``held_token`` continues
+    with a lease this process kept from its previous turn (renewed, not taken again);
+    ``renewed`` is that renewal when it was already made in ``conn``'s transaction.
+    """
+    token = held_token or uuid.uuid4().hex
+    held = renewed or _take_lease(
+        conn, agent.id, token, renew=held_token is not None, ttl_s=lease_ttl_s
+    )
+    if held is None:
+        return NotClaimed("busy")
+    holder = _Holder(agent, token, held.admitted, held.now)
+    fresh = turn_ops.start_fresh_head(conn, agent.id, assistant_message_id=new_message_id())
+    if fresh is not None:
+        return _started(conn, fresh, holder, recovering=False, applying=True)
+    for _ in range(_MAX_STALE_HEADS):
+        head = turn_ops.head_turn(conn, agent.id)
+        if head is None:
+            agent_ops.release_lease(conn, agent.id, token)
+            return NotClaimed("idle")
+        outcome = _claim_head(conn, head, holder, max_recoveries, caller_turn_id)
+        if outcome is not None:
+            if isinstance(outcome, NotClaimed):
+                agent_ops.release_lease(conn, agent.id, token)
+            return outcome
+    agent_ops.release_lease(conn, agent.id, token)
+    return NotClaimed("busy")
+
+
+def _take_lease(
+    conn: Connection, agent_id: int, token: str, *, renew: bool, ttl_s: float
+) -> agent_ops.Held | None:
+    if renew:
+        return agent_ops.renew_lease(conn, agent_id, token, ttl_s=ttl_s)
+    return agent_ops.try_acquire_lease(conn, agent_id, token, ttl_s=ttl_s)
+
+
+@dataclass(frozen=True)
+class _Holder:
+    """The lease just taken: its token, the admission count and the database's time then."""
+
+    agent: AgentRef
+    token: str
+    admitted: int
+    now: datetime
+
+    def claim(self, turn: TurnRecord, *, recovering: bool) -> Claim:
+        agent = self.agent
+        return Claim(
+            agent.id,
+            agent.agent_type,
+            agent.agent_name,
+            self.token,
+            turn,
+            recovering,
+            self.admitted,
+        )
+
+
+def _claim_head(
+    conn: Connection,
+    head: TurnRecord,
+    holder: _Holder,
+    max_recoveries: int,
+    caller_turn_id: int | None,
+) -> Claim | NotClaimed | None:
+    """Claim ``head``, or say why not; None means "the head changed, look again"."""
+    if head.status is Status.RUNNING:
+        return _recover_orphan(conn, head, holder, max_recoveries)
+    if head.kind is Kind.BLOCKING and head.id != caller_turn_id and not head.messages_applied:
+        if head.caller_expires_at is not None and head.caller_expires_at < holder.now:
+            turn_ops.end_turn(conn, head.id, status=Status.ABORTED, error=policy.CALLER_GONE)
+            return None
+        return NotClaimed("caller", head)
+    if head.messages_applied:  # handed to recovery by a stalled attempt
+        return _recover_orphan(conn, head, holder, max_recoveries)
+    return _start(conn, head, holder, recovering=False)
+
+
+def _recover_orphan(
+    conn: Connection, head: TurnRecord, holder: _Holder, max_recoveries: int
+) -> Claim | None:
+    plan = policy.plan_for_orphan(head, max_recoveries=max_recoveries)
+    if plan == "requeue":
+        turn_ops.requeue_turn(conn, head)
+        return None
+    if plan == "continue":
+        return _start(conn, head, holder, recovering=True)
+    turn_ops.end_turn(conn, head.id, status=Status.ERROR, error=plan)
+    return None
+
+
+def _start(
+    conn: Connection, head: TurnRecord, holder: _Holder, *, recovering: bool
+) -> Claim | None:
+    """Start a new attempt of ``head`` (None: it changed since it was read, look again)."""
+    applying = head.is_submission and not head.messages_applied
+    turn = turn_ops.start_attempt(
+        conn,
+        head,
+        assistant_message_id=new_message_id(),
+        recovering=recovering,
+        applying=applying,
+    )
+    if turn is None:
+        return None
+    return _started(conn, turn, holder, recovering=recovering, applying=applying)
+
+
+def _started(
+    conn: Connection, turn: TurnRecord, holder: _Holder, *, recovering: bool, applying: bool
+) -> Claim:
+    """A submission's messages join the conversation as its first attempt starts (a
+    ``regenerate`` submission removes the last reply instead); the body a turn brings becomes
+    the agent's remembered body."""
+    if applying and turn.trigger == REGENERATE:
+        conversation_ops.delete_last_reply(conn, turn.agent_id)
+    elif applying:
+        messages = turn.messages or []
+        conversation_ops.append_messages(
+            conn, turn.agent_id, messages, turn_id=turn.id, now=holder.now
+        )
+    if turn.body is not None:
+        agent_ops.set_last_body(conn, turn.agent_id, turn.body)
+    return holder.claim(turn, recovering=recovering)
+
+
+def release(conn: Connection, claim: Claim) -> Released:
+    """Give the lease back and report the new head (in the same transaction)."""
+    agent_ops.release_lease(conn, claim.agent_id, claim.token)
+    return Released(turn_ops.head_brief(conn, claim.agent_id))

@@ -1,0 +1,164 @@
+"""Decides when a running attempt must stop, and keeps its lease alive while it runs.
+
+One daemon thread per running attempt, talking only to the database, so that nothing can hold
+up the lease: every ``lease_ttl_s / 3`` it renews the lease through the fence and reads the
+turn's status in the same transaction (a ``cancel_submission`` that found Redis down is seen
+there); every ``cancel_poll_interval_s`` it checks the caller's in-process signal, the stall
+timeout and the lease's local bound (an attempt that could not renew in time stops before
+anyone else may take the turn). Losing Redis alone therefore never costs an attempt its lease
+while the database answers.
+
+The Redis revocation flags of all the attempts running in a process are polled by one
+``RevocationPoller`` thread (one MGET per ``cancel_poll_interval_s``); the flag is also read
+with every published chunk. Whichever fires first aborts the turn's own signal, which the
+runner checks between chunks and the model may wait on. After ``close()`` nothing the threads
+see changes the watch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from think_jobs.domain.records import TurnRecord
+from think_jobs.domain.status import Status, StopKind
+from think_jobs.engine.lease import Lease, LeaseLost
+from think_jobs.errors import StorageUnavailableError
+from think_jobs.signals import AbortController, AbortSignal, SignalLike, signal_reason
+from think_jobs.transport.flags import RevocationPoller
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StopReason:
+    kind: StopKind
+    text: str | None
+
+    @property
+    def interrupts(self) -> bool:
+        """The attempt stops but the turn is not over: another attempt continues it."""
+        return self.kind.interrupts
+
+
+@dataclass(frozen=True)
+class WatchTimings:
+    heartbeat_s: float
+    poll_s: float
+
+
+class TurnWatch:
+    """``start()`` it when the attempt starts, ``close()`` it when the attempt's writes are done."""
+
+    def __init__(
+        self,
+        lease: Lease,
+        turn: TurnRecord,
+        *,
+        revocations: RevocationPoller,
+        revocation_key: str,
+        timings: WatchTimings,
+        signal: SignalLike | None = None,
+        stall_timeout_s: float | None = None,
+    ) -> None:
+        self._lease = lease
+        self._turn = turn
+        self._revocations = revocations
+        self._revocation_key = revocation_key
+        self._timings = timings
+        self._local = signal
+        self.stall_timeout_s = stall_timeout_s
+        self._controller = AbortController()
+        self.reason: StopReason | None = None
+        self._closed = threading.Event()
+        self._last_chunk = time.monotonic()
+        self._thread = threading.Thread(target=self._loop, name="think-jobs-watch", daemon=True)
+        self._unlisten = (
+            signal.add_listener(self._on_local_abort) if isinstance(signal, AbortSignal) else None
+        )
+
+    @property
+    def signal(self) -> AbortSignal:
+        """The turn's own signal: aborted when the turn must stop, for whatever reason."""
+        return self._controller.signal
+
+    @property
+    def stopped(self) -> bool:
+        return self._controller.signal.aborted
+
+    @property
+    def interrupted(self) -> bool:
+        return self.reason is not None and self.reason.interrupts
+
+    def start(self) -> TurnWatch:
+        self._thread.start()
+        self._revocations.watch(self._revocation_key, self)
+        return self
+
+    def close(self) -> None:
+        """Stop watching. The thread ends on its own (it may be inside a call to the
+        database); nothing it sees afterwards has an effect."""
+        self._closed.set()
+        self._revocations.forget(self._revocation_key)
+        if self._unlisten is not None:
+            self._unlisten()
+
+    def chunk_published(self, *, revoked: bool) -> None:
+        """Called after each chunk: resets the stall clock, applies a revocation seen in Redis
+        (its reason arrives with the poller's next look, or the heartbeat's)."""
+        self._last_chunk = time.monotonic()
+        if revoked:
+            self.stop(StopKind.CANCELLED, None)
+
+    def stop(self, kind: StopKind | str, text: str | None) -> None:
+        """Tell the attempt to stop (the first reason given is kept)."""
+        if self._closed.is_set():
+            return
+        if self.reason is None:
+            self.reason = StopReason(StopKind(kind), text)
+        self._controller.abort(text)
+
+    def _on_local_abort(self, reason: object) -> None:
+        self.stop(StopKind.SIGNAL, None if reason is None else str(reason))
+
+    # -- the watch: the heartbeat (database only), signals, stall, the local lease bound -----
+
+    def _loop(self) -> None:
+        next_heartbeat = time.monotonic() + self._timings.heartbeat_s
+        while not self._closed.wait(self._timings.poll_s):
+            self._check_local_and_stall()
+            if time.monotonic() >= next_heartbeat:
+                next_heartbeat = time.monotonic() + self._timings.heartbeat_s
+                if not self._heartbeat():
+                    return
+            if not self._lease.locally_valid():
+                self.stop(StopKind.LEASE_LOST, "the lease could not be renewed in time")
+
+    def _heartbeat(self) -> bool:
+        """Renew the lease; False once it is lost (nothing more to watch for)."""
+        try:
+            turn = self._lease.heartbeat(self._turn.id)
+        except LeaseLost:
+            self.stop(StopKind.LEASE_LOST, "the agent's lease was lost")
+            return False
+        except StorageUnavailableError as error:
+            log.warning("lease heartbeat failed for turn %s: %s", self._turn.id, error)
+            return True
+        self._check_turn(turn)
+        return True
+
+    def _check_turn(self, turn: TurnRecord | None) -> None:
+        if turn is not None and turn.attempt != self._turn.attempt:
+            self.stop(StopKind.LEASE_LOST, "a newer attempt owns the turn")
+        elif turn is None or turn.status is not Status.RUNNING:
+            self.stop(StopKind.CANCELLED, turn.error if turn is not None else None)
+
+    def _check_local_and_stall(self) -> None:
+        local = self._local
+        if local is not None and not isinstance(local, AbortSignal) and local.is_set():
+            self.stop(StopKind.SIGNAL, signal_reason(local))
+        timeout = self.stall_timeout_s
+        if timeout is not None and time.monotonic() - self._last_chunk > timeout:
+            self.stop(StopKind.STALLED, f"no chunk for {timeout:g} s")

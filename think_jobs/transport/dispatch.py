@@ -1,0 +1,62 @@
+"""The nudges that move turns along: a Celery ``drain`` message for a worker, a wake-up for a
+waiting caller, and the follow-up messages of ended turns (a workflow step waiting on one).
+
+Drains and wake-ups are hints. Losing one delays a turn until the sweeper (workers) or the
+caller's poll notices; sending one twice is harmless because the database decides who runs
+what. The Celery app is handed in lazily (the worker edge builds it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from think_jobs.keys import Keys
+from think_jobs.transport.clients import RedisClients
+from think_jobs.transport.wakeups import wake_callers
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+log = logging.getLogger(__name__)
+
+DRAIN_TASK: Final = "think_jobs.drain"
+SWEEP_TASK: Final = "think_jobs.sweep"
+_RETRY_POLICY: Final = {"max_retries": 1, "interval_start": 0.1, "interval_step": 0.2}
+
+
+class Dispatcher:
+    def __init__(
+        self, celery: Callable[[], Celery], clients: RedisClients, keys: Keys, *, queue: str
+    ) -> None:
+        self._celery = celery
+        self._clients = clients
+        self._keys = keys
+        self._queue = queue
+
+    def enqueue_drain(self, agent_id: int) -> bool:
+        """Ask a worker to run the agent's next turn; False (logged) if the broker is down."""
+        try:
+            self._celery().send_task(
+                DRAIN_TASK,
+                args=[agent_id],
+                queue=self._queue,
+                ignore_result=True,
+                retry=True,
+                retry_policy={**_RETRY_POLICY, "interval_max": 0.2},
+            )
+        except Exception as error:  # kombu raises several unrelated types when the broker is down
+            log.warning(
+                "could not enqueue work for agent %s (the sweeper will): %s", agent_id, error
+            )
+            return False
+        return True
+
+    def send_message(self, message: dict[str, Any]) -> None:
+        """Send a stored Celery task message (a signature as a dict); raises if it fails."""
+        self._celery().signature(message).apply_async()
+
+    def wake_callers(self, agent: str) -> None:
+        """Tell callers waiting on ``agent`` (its address) that its lease was released."""
+        wake_callers(self._clients.redis, self._keys, agent)

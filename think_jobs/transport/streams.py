@@ -1,0 +1,584 @@
+"""A turn's stream over Redis: a replay buffer per turn, one pub/sub channel per agent, fenced.
+
+Every event of a turn is appended to the turn's LIST (index == ``seq``) and PUBLISHed on the
+agent's channel by one server-side script, which also reads the revocation flag. The buffer
+is keyed by the turn's row id, so a request id reused after a delete starts a fresh stream.
+
+**Fencing.** A turn may have several attempts (recovery after a crash, a stall, a lost lease);
+each writes with its attempt number as its *epoch*. The script keeps the owner epoch beside
+the buffer and refuses an append from an older epoch, and anything at all once the stream is
+*sealed* by its ``done`` event. A new attempt takes the stream over before it reads the
+buffer to recover the partial reply, so a paused or partitioned attempt that wakes up later
+can never add to the stream (its writer learns it is ``lost``, and the attempt stops). Seqs
+are therefore contiguous and unique, and there is one ``done``, the last event.
+
+**No silent gaps.** Events that could not be sent stay queued and go out with the next send;
+an append states where it expects to land (``expected``) so a retried send is never stored
+twice and a buffer lost with a Redis restart is written again from what the writer knows.
+
+**The database is the truth.** When a finished turn's buffer is gone or never got its tail,
+a reader rebuilds it from the stored reply (``seal_from_store``, with ``replay``), so a reader
+never waits forever and the text it rebuilds is the stored reply.
+
+Readers subscribe first, then replay the buffer, then follow live, dropping seqs already seen:
+"snapshot then subscribe" would lose events published in between.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import redis
+from redis.client import PubSub
+
+from think_jobs import replay
+from think_jobs.errors import BrokerUnavailableError
+from think_jobs.keys import Keys
+from think_jobs.messages import UIMessage
+from think_jobs.observe import metrics
+from think_jobs.results import StreamEvent
+
+log = logging.getLogger(__name__)
+
+_RETRY_S = 1.0  # after a failed send, queue without sending this long (done always tries)
+STORE_EPOCH = 2**31  # the database's own writes (rebuilds, ends of turns that never ran)
+
+
+@dataclass(frozen=True)
+class StreamRef:
+    """Names one turn's stream: the agent's address, the turn's request id and row id."""
+
+    agent: str
+    request_id: str
+    turn_id: int
+
+
+class Outcome(IntEnum):
+    """What the append script did with a batch."""
+
+    APPENDED = 0
+    STALE = 1  # a newer attempt owns the stream
+    SEALED = 2  # the stream has its ``done``
+    SHORT = 3  # the buffer holds fewer events than expected (lost with a Redis restart)
+    MOVED = 4  # strict append: the buffer is not the length the caller read
+
+
+def open_pubsub(client: redis.Redis) -> PubSub:
+    """A pub/sub connection that skips subscribe confirmations."""
+    pubsub: PubSub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    return pubsub
+
+
+def _head(ref: StreamRef, epoch: int) -> str:
+    return f'{{"request_id":{json.dumps(ref.request_id)},"attempt":{epoch},"seq":'
+
+
+def chunk_tail(chunk_json: str) -> str:
+    return f',"chunk":{chunk_json}}}'
+
+
+def done_tail(status: str, error: str | None) -> str:
+    return f',"done":true,"status":{json.dumps(status)},"error":{json.dumps(error)}}}'
+
+
+def decode_event(raw: bytes | str) -> StreamEvent:
+    return StreamEvent.model_validate_json(raw)
+
+
+# KEYS: buffer, state, revocation flag. ARGV: channel, TTL in seconds (0: leave it), epoch,
+# expected length, seal ("1": the last event is ``done``), strict ("1": the length must be
+# exactly ``expected``), events... Returns {outcome, revoked, length}. An append of events the
+# buffer already holds (a retried send whose reply was lost) skips them. Only the database's
+# own rebuild may write into a sealed stream, and only when its buffer is gone.
+_APPEND_LUA = """
+local state = redis.call('HMGET', KEYS[2], 'epoch', 'sealed')
+local revoked = redis.call('EXISTS', KEYS[3])
+local length = redis.call('LLEN', KEYS[1])
+local epoch = tonumber(ARGV[3])
+local rebuild = epoch == STORE_EPOCH and length == 0
+if state[2] and not rebuild then return {2, revoked, 0} end
+local owner = tonumber(state[1])
+if owner and epoch < owner then return {1, revoked, 0} end
+local expected = tonumber(ARGV[4])
+if length < expected then return {3, revoked, length} end
+if ARGV[6] == '1' and length ~= expected then return {4, revoked, length} end
+if owner ~= epoch then redis.call('HSET', KEYS[2], 'epoch', ARGV[3]) end
+for i = 7 + length - expected, #ARGV do
+  redis.call('RPUSH', KEYS[1], ARGV[i])
+  redis.call('PUBLISH', ARGV[1], ARGV[i])
+end
+if ARGV[5] == '1' then redis.call('HSET', KEYS[2], 'sealed', '1') end
+local ttl = tonumber(ARGV[2])
+if ttl > 0 then
+  redis.call('EXPIRE', KEYS[1], ttl)
+  redis.call('EXPIRE', KEYS[2], ttl)
+end
+return {0, revoked, redis.call('LLEN', KEYS[1])}
+""".replace("STORE_EPOCH", str(STORE_EPOCH))
+
+# KEYS: buffer, state. ARGV: epoch, TTL. Makes ``epoch`` the owner (unless a newer one is, or
+# the stream is sealed) and returns {outcome, the buffer's events}.
+_TAKE_OVER_LUA = """
+local state = redis.call('HMGET', KEYS[2], 'epoch', 'sealed')
+if state[2] then return {2, {}} end
+local owner = tonumber(state[1])
+if owner and tonumber(ARGV[1]) < owner then return {1, {}} end
+redis.call('HSET', KEYS[2], 'epoch', ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+return {0, redis.call('LRANGE', KEYS[1], 0, -1)}
+"""
+
+
+@dataclass(frozen=True)
+class _Keys:
+    buffer: str
+    state: str
+    revoked: str
+    channel: str
+
+    @classmethod
+    def of(cls, keys: Keys, ref: StreamRef) -> _Keys:
+        return cls(
+            keys.stream_buffer(ref.agent, ref.turn_id),
+            keys.stream_state(ref.agent, ref.turn_id),
+            keys.revoked(ref.agent, ref.turn_id),
+            keys.chunk_channel(ref.agent),
+        )
+
+
+@dataclass(frozen=True)
+class _Sent:
+    outcome: Outcome
+    revoked: bool
+    length: int
+
+
+def _append(
+    client: redis.Redis,
+    names: _Keys,
+    events: list[str],
+    *,
+    epoch: int,
+    expected: int,
+    ttl_s: int,
+    seal: bool = False,
+    strict: bool = False,
+) -> _Sent:
+    script = client.register_script(_APPEND_LUA)  # EVALSHA, EVAL on a miss
+    flags = ["1" if seal else "0", "1" if strict else "0"]
+    args: list[str | int] = [names.channel, ttl_s, epoch, expected, *flags, *events]
+    outcome, revoked, length = script(keys=[names.buffer, names.state, names.revoked], args=args)
+    return _Sent(Outcome(int(outcome)), bool(revoked), int(length))
+
+
+def _always() -> bool:
+    return True
+
+
+class StreamWriter:
+    """Appends one attempt's events to its turn's stream; never raises because Redis fails.
+
+    ``epoch`` is the attempt number. ``prefix`` are the events already in the buffer when the
+    attempt took the stream over (``take_over``); None means "not known yet": the writer takes
+    the stream over before its first send. ``may_send`` is asked before every send (the
+    attempt's lease may have lapsed while this process was paused). Framing chunks may be
+    deferred: they go out with the next chunk that is not, in order, in one round trip.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        ref: StreamRef,
+        *,
+        epoch: int,
+        ttl_s: int,
+        prefix: list[str] | None,
+        may_send: Callable[[], bool] = lambda: True,
+        done_timeout_s: float = 2.0,
+    ) -> None:
+        self._client = client
+        self._names = _Keys.of(keys, ref)
+        self._head = _head(ref, epoch)
+        self.ref = ref
+        self.epoch = epoch
+        self._ttl_s = ttl_s
+        self._known = prefix  # every event known to be in the buffer, in seq order
+        self._pending: list[str] = []  # tails of events not yet delivered
+        self._may_send = may_send
+        self._done_timeout_s = done_timeout_s
+        self._expiry_set = False
+        self._failed_at: float | None = None
+        self.lost = False  # a newer attempt owns the stream, or it is sealed
+        self.revoked = False
+
+    @property
+    def prefix(self) -> list[StreamEvent] | None:
+        """The events of earlier attempts this writer continues (None: not known)."""
+        return None if self._known is None else [decode_event(raw) for raw in self._known]
+
+    def take_over(self) -> bool:
+        """Become the stream's owner and learn what it holds; False if Redis is unreachable
+        (the writer tries again before its first send) or the stream is not ours."""
+        try:
+            script = self._client.register_script(_TAKE_OVER_LUA)
+            keys = [self._names.buffer, self._names.state]
+            outcome, events = script(keys=keys, args=[self.epoch, self._ttl_s])
+        except redis.RedisError as error:
+            log.warning("stream take-over failed for %s: %s", self.ref.request_id, error)
+            return False
+        if Outcome(int(outcome)) is not Outcome.APPENDED:
+            self.lost = True
+            return False
+        self._known = [raw.decode() if isinstance(raw, bytes) else raw for raw in events]
+        return True
+
+    def chunk(self, chunk_json: str, *, defer: bool = False) -> None:
+        """Queue one chunk (AI SDK JSON) and, unless deferred, send what is queued."""
+        self._pending.append(chunk_tail(chunk_json))
+        if not defer:
+            self._flush()
+
+    def done(self, status: str, error: str | None) -> bool:
+        """End the stream; retries for ``done_timeout_s``. False if it could not be sent
+        (readers then rebuild the end from the database) or the stream is not ours.
+
+        Called only after the attempt's final write committed through its fence: the turn is
+        over, no newer attempt can start, so ``may_send`` is not asked any more (the lease
+        may already be released)."""
+        self._pending.append(done_tail(status, error))
+        self._expiry_set = False  # the final send refreshes the TTL
+        self._may_send = _always
+        deadline = time.monotonic() + self._done_timeout_s
+        while not self._flush(force=True, seal=True):
+            if self.lost or time.monotonic() >= deadline:
+                return self._gave_up()
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+        return True
+
+    def _gave_up(self) -> bool:
+        if not self.lost:
+            metrics.STREAMS_INCOMPLETE.inc()
+            log.error(
+                "stream of request %s left without its end (Redis unreachable); readers "
+                "rebuild it from the database",
+                self.ref.request_id,
+            )
+        self._pending.clear()
+        return False
+
+    def _flush(self, *, force: bool = False, seal: bool = False) -> bool:
+        """Send what is queued; True when nothing is left to send."""
+        if self.lost:
+            self._pending.clear()
+        if not self._pending:
+            return True
+        failed_at = self._failed_at
+        if not force and failed_at is not None and time.monotonic() - failed_at < _RETRY_S:
+            return False
+        if not self._may_send():
+            self.lost = True
+            return False
+        try:
+            self._deliver(seal=seal)
+        except redis.RedisError as error:
+            if self._failed_at is None:
+                log.warning("stream publish failed for %s: %s", self.ref.request_id, error)
+            self._failed_at = time.monotonic()
+            return False
+        self._failed_at = None
+        return not self._pending
+
+    def _deliver(self, *, seal: bool) -> None:
+        if self._known is None and not self.take_over():
+            if self.lost:
+                return
+            raise redis.ConnectionError("stream take-over pending")
+        assert self._known is not None
+        events = self._encode(len(self._known))
+        sent = self._send(events, len(self._known), seal=seal)
+        if sent.outcome is Outcome.SHORT:  # the buffer was lost: write it again
+            self._expiry_set = False
+            restored = self._known[sent.length :] + events
+            sent = self._send(restored, sent.length, seal=seal)
+        self._settle(sent, events)
+
+    def _encode(self, first_seq: int) -> list[str]:
+        return [f"{self._head}{first_seq + n}{tail}" for n, tail in enumerate(self._pending)]
+
+    def _send(self, events: list[str], expected: int, *, seal: bool) -> _Sent:
+        ttl_s = 0 if self._expiry_set else self._ttl_s
+        sent = _append(
+            self._client, self._names, events, epoch=self.epoch, expected=expected,
+            ttl_s=ttl_s, seal=seal,
+        )  # fmt: skip
+        self.revoked = sent.revoked or self.revoked
+        return sent
+
+    def _settle(self, sent: _Sent, events: list[str]) -> None:
+        if sent.outcome is not Outcome.APPENDED:
+            log.warning(
+                "stream of request %s refused attempt %d's events (%s): it lost the turn",
+                self.ref.request_id, self.epoch, sent.outcome.name.lower(),
+            )  # fmt: skip
+            self.lost = True
+            self._pending.clear()
+            return
+        assert self._known is not None
+        self._known.extend(events)
+        self._pending.clear()
+        self._expiry_set = True
+
+
+# -- rebuilding from the database --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredEnd:
+    """A finished turn as the database holds it: its final status and stored reply."""
+
+    status: str
+    error: str | None
+    reply: UIMessage | None
+
+
+StoredTurn = Callable[[], "StoredEnd | None"]  # None while the turn is not finished
+
+
+def seal_from_store(
+    client: redis.Redis, keys: Keys, ref: StreamRef, end: StoredEnd, *, ttl_s: int
+) -> None:
+    """Complete a finished turn's stream from the database: the reply's missing chunks (or, if
+    the stream does not lead to the stored reply, none) and the ``done`` event."""
+    names = _Keys.of(keys, ref)
+    for _ in range(5):  # the buffer moved under us: read it again
+        raw = client.lrange(names.buffer, 0, -1)
+        events = [decode_event(item) for item in raw]
+        missing = _missing(ref, events, end)
+        tails = [chunk_tail(json.dumps(c, separators=(",", ":"))) for c in missing]
+        tails.append(done_tail(end.status, end.error))
+        head = _head(ref, STORE_EPOCH)
+        encoded = [f"{head}{len(raw) + n}{tail}" for n, tail in enumerate(tails)]
+        sent = _append(
+            client, names, encoded, epoch=STORE_EPOCH, expected=len(raw), ttl_s=ttl_s,
+            seal=True, strict=True,
+        )  # fmt: skip
+        if sent.outcome is not Outcome.MOVED:
+            return
+
+
+def _missing(ref: StreamRef, events: list[StreamEvent], end: StoredEnd) -> list[dict[str, Any]]:
+    if end.reply is None:
+        return []
+    chunks = [event.chunk for event in events if event.chunk is not None]
+    if not chunks:
+        return replay.render(end.reply, finished=end.status == "completed")
+    rest = replay.suffix(chunks, end.reply, finished=end.status == "completed")
+    if rest is None:
+        log.warning("stream of request %s does not lead to its stored reply", ref.request_id)
+        return []
+    return rest
+
+
+def forget(client: redis.Redis, keys: Keys, ref: StreamRef) -> None:
+    """Delete a turn's stream and revocation flag (its submission was deleted)."""
+    names = _Keys.of(keys, ref)
+    client.delete(names.buffer, names.state, names.revoked)
+
+
+# -- reading -----------------------------------------------------------------------------------
+
+
+def buffered_events(
+    client: redis.Redis, keys: Keys, ref: StreamRef, *, after_seq: int = -1
+) -> list[StreamEvent]:
+    """The buffer's events with seq > after_seq, in order."""
+    raw = client.lrange(keys.stream_buffer(ref.agent, ref.turn_id), after_seq + 1, -1)
+    return [decode_event(item) for item in raw]
+
+
+class _Follower:
+    """State of one reader: the last seq delivered, the deadline, the rebuild watch."""
+
+    def __init__(self, ref: StreamRef, after_seq: int, timeout_s: float | None) -> None:
+        self.ref = ref
+        self.last_seq = after_seq
+        self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self.finished = False
+        self.ended_at_seq: int | None = None  # last seq seen when the database said "ended"
+
+    def accept(self, event: StreamEvent) -> bool:
+        if event.request_id != self.ref.request_id or event.seq <= self.last_seq:
+            return False
+        self.last_seq = event.seq
+        self.finished = event.done
+        return True
+
+    def remaining_s(self, poll_s: float) -> float:
+        if self.deadline is None:
+            return poll_s
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(
+                f"stream of request {self.ref.request_id} did not finish in time "
+                f"(last seq {self.last_seq})"
+            )
+        return min(poll_s, left)
+
+
+@dataclass(frozen=True)
+class _Reading:
+    client: redis.Redis
+    keys: Keys
+    ref: StreamRef
+    stored: StoredTurn | None
+    ttl_s: int
+
+
+def follow(
+    client: redis.Redis,
+    keys: Keys,
+    ref: StreamRef,
+    *,
+    after_seq: int | None = None,
+    timeout_s: float | None = None,
+    poll_s: float = 1.0,
+    stored: StoredTurn | None = None,
+    ttl_s: int = 86_400,
+    live: bool = True,
+) -> Iterator[StreamEvent]:
+    """Replay then follow a turn's events until its ``done`` event.
+
+    Subscribes (``live``) before it returns, so an unreachable Redis raises here, not at the
+    first event. Raises TimeoutError when ``timeout_s`` passes first. Every ``poll_s`` without
+    a message the buffer is re-read (an event published while the subscription was
+    reconnecting is not lost) and ``stored`` is asked whether the turn ended: a finished turn
+    whose stream has no events, or did not grow for a whole poll, is completed from the
+    database. ``live=False`` yields what the stream holds now and returns.
+    """
+    reading = _Reading(client, keys, ref, stored, ttl_s)
+    state = _Follower(ref, -1 if after_seq is None else after_seq, timeout_s)
+    if not live:
+        return iter(list(_catch_up(reading, state)))
+    pubsub = open_pubsub(client)
+    try:
+        pubsub.subscribe(keys.chunk_channel(ref.agent))
+    except BaseException:
+        pubsub.close()
+        raise
+    return _follow(reading, state, pubsub, poll_s, resumed=after_seq is not None)
+
+
+def _follow(
+    reading: _Reading, state: _Follower, pubsub: PubSub, poll_s: float, *, resumed: bool
+) -> Iterator[StreamEvent]:
+    try:
+        if resumed and _ended_at_or_before(reading, state.last_seq):
+            return  # resumed after the end: nothing more will come
+        yield from _catch_up(reading, state)
+        while not state.finished:
+            message = pubsub.get_message(timeout=state.remaining_s(poll_s))
+            if message is None:
+                yield from _catch_up(reading, state, idle=True)
+                continue
+            yield from _deliver_live(reading, state, message)
+    finally:
+        pubsub.close()
+
+
+def _ended_at_or_before(reading: _Reading, seq: int) -> bool:
+    ref = reading.ref
+    last = reading.client.lindex(reading.keys.stream_buffer(ref.agent, ref.turn_id), -1)
+    if last is None:
+        return False
+    event = decode_event(last)
+    return event.done and event.seq <= seq
+
+
+def _catch_up(
+    reading: _Reading, state: _Follower, *, idle: bool = False, rebuild: bool = True
+) -> Iterator[StreamEvent]:
+    events = buffered_events(reading.client, reading.keys, reading.ref, after_seq=state.last_seq)
+    for event in events:
+        if state.accept(event):
+            yield event
+            if state.finished:
+                return
+    if rebuild and not state.finished and _rebuilt(reading, state, idle=idle, grew=bool(events)):
+        yield from _catch_up(reading, state, rebuild=False)
+
+
+def _rebuilt(reading: _Reading, state: _Follower, *, idle: bool, grew: bool) -> bool:
+    """Complete the stream from the database if the turn ended and the stream holds nothing,
+    or did not grow between two idle polls that saw the end. True once it was written."""
+    if reading.stored is None or grew:
+        state.ended_at_seq = None
+        return False
+    fresh = state.last_seq < 0
+    if not (fresh or idle):
+        return False
+    end = reading.stored()
+    if end is None:
+        state.ended_at_seq = None
+        return False
+    if not fresh and state.ended_at_seq != state.last_seq:
+        state.ended_at_seq = state.last_seq  # give the writer one more poll to send its end
+        return False
+    seal_from_store(reading.client, reading.keys, reading.ref, end, ttl_s=reading.ttl_s)
+    return True
+
+
+def _deliver_live(
+    reading: _Reading, state: _Follower, message: dict[str, Any]
+) -> Iterator[StreamEvent]:
+    event = decode_event(message["data"])
+    if event.request_id != state.ref.request_id:
+        return
+    if event.seq > state.last_seq + 1:  # a gap: fill it from the buffer first
+        yield from _catch_up(reading, state)
+    if state.accept(event):
+        yield event
+
+
+def broker_errors_mapped(start: Callable[[], Iterator[StreamEvent]]) -> Iterator[StreamEvent]:
+    """Start reading a stream and re-raise Redis failures, when starting (at once) or while
+    reading, as ``BrokerUnavailableError``."""
+    try:
+        events = start()
+    except redis.RedisError as error:
+        raise _unavailable(error) from error
+    return _mapped(events)
+
+
+def _mapped(events: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
+    try:
+        yield from events
+    except redis.RedisError as error:
+        raise _unavailable(error) from error
+
+
+def _unavailable(error: redis.RedisError) -> BrokerUnavailableError:
+    return BrokerUnavailableError(f"Redis unavailable while reading a stream: {error}")
+
+
+def follow_agent(
+    client: redis.Redis, keys: Keys, agent: str, *, timeout_s: float | None = None
+) -> Iterator[StreamEvent]:
+    """Every event of every request of one agent, live (no replay), until ``timeout_s``."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    pubsub = open_pubsub(client)
+    try:
+        pubsub.subscribe(keys.chunk_channel(agent))
+        while deadline is None or time.monotonic() < deadline:
+            wait_s = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+            message = pubsub.get_message(timeout=wait_s)
+            if message is not None:
+                yield decode_event(message["data"])
+    finally:
+        pubsub.close()

@@ -1,0 +1,95 @@
+"""The Celery app: configuration that matches think-jobs' guarantees, and its lifecycle.
+
+JSON only, results ignored, ``acks_late`` with ``reject_on_worker_lost`` so a killed worker's
+message is redelivered; redelivery is harmless because the database lease decides. The tasks
+are in ``think_jobs.worker.tasks``; a ``celery worker`` of this app also runs the sweeper and
+its presence heartbeat.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from celery import Celery, signals
+
+from think_jobs.engine.drain import Sweeper
+from think_jobs.observe import logs
+from think_jobs.worker import presence, tasks
+
+if TYPE_CHECKING:
+    from think_jobs.runtime import ThinkJobs
+
+log = logging.getLogger(__name__)
+
+
+def create_celery_app(jobs: ThinkJobs) -> Celery:
+    settings = jobs.settings
+    app = Celery("think_jobs", broker=settings.effective_broker_url, set_as_current=False)
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue=settings.queue,
+        broker_connection_retry_on_startup=True,
+        worker_consumer="think_jobs.worker.consumer:Consumer",  # reconnects within ~1 s
+        broker_transport_options={
+            "visibility_timeout": settings.broker_visibility_timeout_s,
+            "socket_connect_timeout": 2,
+        },
+        enable_utc=True,
+        timezone="UTC",
+        worker_send_task_events=settings.celery_task_events,  # Flower keeps working
+        task_send_sent_event=False,  # a second publish per drain, for a "sent" state only
+    )
+    tasks.register(app, jobs)
+    _connect_lifecycle(app, jobs)
+    app.think_jobs = jobs
+    return app
+
+
+def _connect_lifecycle(app: Celery, jobs: ThinkJobs) -> None:
+    """Prefork children drop inherited connections; a ``celery worker`` runs the sweeper and
+    its presence heartbeat; logging follows ``log_level``/``log_json`` (``observe.logs``)."""
+    running: list[Sweeper | presence.Heartbeat] = []
+
+    def on_process_init(**_: Any) -> None:
+        jobs.after_fork()
+
+    def on_ready(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is app and not running:
+            running.append(Sweeper(jobs.services).start())
+            running.append(presence.worker_heartbeat(jobs, sender.controller))
+
+    def on_shutdown(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is app:
+            while running:
+                running.pop().stop()
+
+    _connect_logging(app, jobs)
+    signals.worker_process_init.connect(on_process_init, weak=False)
+    signals.worker_ready.connect(on_ready, weak=False)
+    signals.worker_shutdown.connect(on_shutdown, weak=False)
+
+
+def _connect_logging(app: Celery, jobs: ThinkJobs) -> None:
+    """This app's worker and beat, once Celery set up logging: ``-l`` (Celery's root level,
+    from ``log_level`` by default) and ``log_json``. An embedded worker (``think_jobs.testing``)
+    leaves the host's logging alone."""
+
+    def on_started(sender: Any = None, instance: Any = None, **_: Any) -> None:
+        owner = instance if instance is not None else sender
+        if getattr(owner, "app", None) is app:
+            logs.configure(jobs.settings, level=logging.getLogger().level)
+
+    def on_task_logging_setup(logger: Any = None, **_: Any) -> None:
+        if jobs.settings.log_json and logger is not None:
+            logs.use_json(logger)
+
+    signals.celeryd_after_setup.connect(on_started, weak=False)
+    signals.beat_init.connect(on_started, weak=False)
+    signals.after_setup_task_logger.connect(on_task_logging_setup, weak=False)
