@@ -15,6 +15,20 @@ if TYPE_CHECKING:
 APP_VARIABLE = "THINK_JOBS_APP"
 
 
+def app_spec_of(spec: str | None) -> str | None:
+    """``--app`` or, without it, ``$THINK_JOBS_APP`` (None when neither is set)."""
+    return spec or os.environ.get(APP_VARIABLE) or None
+
+
+def load_app_or_default(spec: str | None) -> ThinkJobs:
+    """The object ``spec`` (or ``$THINK_JOBS_APP``) names; a default ``ThinkJobs()`` without
+    either. Raises ``ConfigurationError``."""
+    from think_jobs.runtime import ThinkJobs
+
+    found = app_spec_of(spec)
+    return load_jobs(found) if found else ThinkJobs()
+
+
 def load_jobs(spec: str) -> ThinkJobs:
     """Import ``module:attribute`` (attribute defaults to ``jobs``) and return that object.
 
@@ -38,25 +52,6 @@ def load_jobs(spec: str) -> ThinkJobs:
 def check_database_url(url: str) -> None:
     """Refuse, in one line, a database URL that cannot work: unparsable, an unknown dialect,
     or a driver that is not installed (what SQLAlchemy would report as a long traceback)."""
-    from sqlalchemy import exc
-    from sqlalchemy.engine import make_url
+    from think_jobs.db.engine import check_url
 
-    try:
-        parsed = make_url(url)
-    except exc.ArgumentError as error:
-        raise ConfigurationError(
-            "the database URL (THINK_JOBS_DATABASE_URL) is not a URL; expected e.g. "
-            "sqlite:///think_jobs.db or postgresql+psycopg://user:password@host/db"
-        ) from error
-    shown = parsed.render_as_string(hide_password=True)
-    try:
-        parsed.get_dialect().import_dbapi()
-    except exc.NoSuchModuleError as error:
-        raise ConfigurationError(
-            f"database URL {shown}: SQLAlchemy knows no database {parsed.drivername!r}"
-        ) from error
-    except ImportError as error:
-        raise ConfigurationError(
-            f"database URL {shown}: its driver is not installed ({error}); install it, or use "
-            "postgresql+psycopg:// with think-jobs[postgres]"
-        ) from error
+    check_url(url)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -12,13 +12,6 @@ class ChatStartEvent:
     """Given to ``on_start`` before the turn is queued: keep ``request_id`` to cancel it."""
 
     request_id: str
-
-
-class StreamCallbackLike(Protocol):
-    def on_start(self, event: ChatStartEvent) -> None: ...
-    def on_event(self, json_chunk: str) -> None: ...
-    def on_done(self) -> None: ...
-    def on_error(self, message: str) -> None: ...
 
 
 class StreamCallback:

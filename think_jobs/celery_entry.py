@@ -3,6 +3,8 @@ named by ``$THINK_JOBS_APP`` (e.g. ``celery -A think_jobs.celery_entry inspect p
 
 from __future__ import annotations
 
-from think_jobs.cli.main import load_app
+from think_jobs.app_loading import check_database_url, load_app_or_default
 
-app = load_app(None).celery
+_jobs = load_app_or_default(None)
+check_database_url(_jobs.settings.database_url)
+app = _jobs.celery

@@ -15,8 +15,6 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-import redis
-
 from think_jobs import validation
 from think_jobs.agent import Think
 from think_jobs.context import utcnow
@@ -24,9 +22,15 @@ from think_jobs.db import agents as agent_ops
 from think_jobs.db import dashboard as dashboard_ops
 from think_jobs.db import migrate as migrations
 from think_jobs.db.engine import Database
+from think_jobs.domain.status import Status
 from think_jobs.engine import schedules
 from think_jobs.engine.ports import Services
-from think_jobs.errors import AgentNotRegisteredError, ConfigurationError, ThinkJobsError
+from think_jobs.errors import (
+    AgentNotRegisteredError,
+    BrokerUnavailableError,
+    ConfigurationError,
+    ThinkJobsError,
+)
 from think_jobs.keys import Keys
 from think_jobs.observe import logs
 from think_jobs.reports import AgentCounts, DashboardData, Health, StuckRule
@@ -34,7 +38,7 @@ from think_jobs.results import WorkerRecord
 from think_jobs.scheduled_task import validate_scheduled_tasks
 from think_jobs.settings import Settings, load_settings
 from think_jobs.transport import presence, web_state
-from think_jobs.transport.clients import RedisClients
+from think_jobs.transport.clients import Redis, RedisClients
 from think_jobs.transport.dispatch import Dispatcher
 from think_jobs.transport.flags import RevocationPoller
 
@@ -132,7 +136,7 @@ class ThinkJobs:
     # -- connections ---------------------------------------------------------------------------
 
     @property
-    def redis(self) -> redis.Redis:
+    def redis(self) -> Redis:
         """The pooled Redis client of this process."""
         return self.clients.redis
 
@@ -213,7 +217,9 @@ class ThinkJobs:
             counts = agent_ops.queue_counts(conn)
         found = {(agent_type, status): n for agent_type, status, n in counts}
         known = {agent_type for agent_type, _, _ in counts} | set(self.agent_types)
-        return {t: (found.get((t, "pending"), 0), found.get((t, "running"), 0)) for t in known}
+        return {
+            t: (found.get((t, Status.PENDING), 0), found.get((t, Status.RUNNING), 0)) for t in known
+        }
 
     def configure_logging(self, *, level: int | str | None = None) -> None:
         """Configure think-jobs' loggers from ``THINK_JOBS_LOG_LEVEL`` and ``THINK_JOBS_LOG_JSON``
@@ -234,9 +240,9 @@ class ThinkJobs:
 
     def _redis_problem(self) -> str | None:
         try:
-            self.clients.redis.ping()
-        except redis.RedisError as error:
-            return f"redis unavailable: {error}"
+            self.clients.ping()
+        except BrokerUnavailableError as error:
+            return str(error)
         return None
 
     def live_workers(self) -> list[WorkerRecord]:

@@ -87,15 +87,6 @@ class AbortController:
 SignalLike = AbortSignal | threading.Event
 
 
-def signal_aborted(signal: SignalLike | None) -> bool:
-    """True if ``signal`` (an AbortSignal, a threading.Event, or None) has fired."""
-    if signal is None:
-        return False
-    if isinstance(signal, AbortSignal):
-        return signal.aborted
-    return signal.is_set()
-
-
 def signal_reason(signal: SignalLike | None) -> str | None:
     """The abort reason as text, or None."""
     if isinstance(signal, AbortSignal) and signal.reason is not None:

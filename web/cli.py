@@ -12,7 +12,7 @@ import click
 @click.option("--port", default=8000, show_default=True, type=int)
 def web(app_spec: str | None, host: str, port: int) -> None:
     """Serve the web app (development server; use gunicorn "web:create_app()" in production)."""
-    from think_jobs.cli.main import load_app
+    from think_jobs.cli.common import load_app
     from web import create_app
 
     plain_http = {"SESSION_COOKIE_SECURE": False}  # the development server speaks http://

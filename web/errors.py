@@ -9,7 +9,7 @@ InvalidInputError (and kids)    400   invalid_input, ...
 AgentNotRegisteredError         404   agent_not_registered
 SubmissionConflictError         409   submission_conflict
 StorageUnavailableError         503   storage_unavailable
-BrokerUnavailableError / Redis  503   broker_unavailable
+BrokerUnavailableError          503   broker_unavailable
 NotImplementedError             501   not_implemented
 anything else                   500   internal_error (logged, never echoed)
 ==============================  ====  ========================
@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import redis
 from flask import Blueprint, Response, jsonify
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
@@ -102,8 +101,6 @@ def from_exception(error: Exception) -> ApiError:
     for kind, status, name in _CORE:
         if isinstance(error, kind):
             return ApiError(status, str(error), type=name)
-    if isinstance(error, redis.RedisError):
-        return ApiError(503, "Redis is unavailable", type="broker_unavailable")
     if isinstance(error, NotImplementedError):
         return ApiError(501, str(error) or "not implemented")
     if isinstance(error, ThinkJobsError):

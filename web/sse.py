@@ -22,7 +22,6 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 from flask import Response
 
 from think_jobs.errors import BrokerUnavailableError, StorageUnavailableError
@@ -120,7 +119,7 @@ def events(source: StreamSource, *, after_seq: int | None, limits: StreamLimits)
     """
     try:
         yield from _events(source, after_seq, limits)
-    except (StorageUnavailableError, BrokerUnavailableError, redis.RedisError) as error:
+    except (StorageUnavailableError, BrokerUnavailableError) as error:
         log.warning("SSE stream ended early: %s", error)
 
 

@@ -202,24 +202,14 @@ def _check_timestamp(timestamp: str, tolerance_s: int) -> None:
 
 
 def claim(agent: Think, delivery_id: str, *, ttl_s: int) -> None:
-    """Bind a delivery id to the first agent it reaches; 409 at any other agent."""
-    jobs = agent.jobs
-    key = delivery_key(jobs.keys.prefix, delivery_id)
-    if jobs.redis.set(key, agent.address, nx=True, ex=ttl_s):
-        return
-    owner = jobs.redis.get(key)
-    if isinstance(owner, bytes) and owner.decode() != agent.address:
+    """Bind a delivery id to the first agent it reaches (TTL: twice the tolerance, past which
+    its signed timestamp is refused anyway); 409 at any other agent."""
+    if agent.jobs.claim_webhook_delivery(delivery_id, agent.address, ttl_s=ttl_s) is not None:
         raise ApiError(
             409,
             f"delivery {delivery_id!r} was already delivered to another agent",
             type="delivery_conflict",
         )
-
-
-def delivery_key(prefix: str, delivery_id: str) -> str:
-    """STRING: the agent a Standard Webhooks delivery id was first delivered to (TTL: twice
-    the tolerance, past which its signed timestamp is refused anyway)."""
-    return f"{prefix}:webhook-delivery:{delivery_id}"
 
 
 def _delivery_id(header: str) -> str:

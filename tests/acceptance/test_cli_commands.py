@@ -134,7 +134,7 @@ def dev_process(
     clean = {k: v for k, v in os.environ.items() if not k.startswith("THINK_JOBS_")}
     dev_env = {**clean, **env}
     process = subprocess.Popen(
-        [sys.executable, "-m", "think_jobs.cli.main", "dev", *APP, "--port", str(port), "-c", "1"],
+        [sys.executable, "-m", "think_jobs.cli", "dev", *APP, "--port", str(port), "-c", "1"],
         cwd=ROOT,
         env=dev_env,
         stdout=subprocess.PIPE,
@@ -148,6 +148,8 @@ def dev_process(
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(10)
+        assert process.stdout is not None
+        process.stdout.close()
 
 
 def _children_of(pid: int) -> set[int]:

@@ -22,6 +22,7 @@ from tests.support.builders import buffer_key, user
 from think_jobs import Think, ThinkJobs
 from think_jobs.db.dialect import db_now_plus
 from think_jobs.db.tables import agents
+from think_jobs.domain.records import Drained
 from think_jobs.engine import drain as worker
 from think_jobs.engine.execution import INTERRUPTED, Claimed, TurnResult, claim, run_and_release
 from think_jobs.engine.queueing import AgentRef
@@ -115,7 +116,9 @@ def expire_lease(jobs: ThinkJobs, agent: Think) -> None:
 def take_over_and_finish(jobs: ThinkJobs, agent: Think) -> None:
     agent_id = jobs.agent_id_of(agent, create=False)
     assert agent_id is not None
-    assert worker.drain(jobs.services, agent_id) == "ran 1"  # recovery: a continuation, attempt 2
+    assert worker.drain(jobs.services, agent_id) == Drained(
+        1
+    )  # recovery: a continuation, attempt 2
 
 
 def resume(name: str, thread: threading.Thread, attempt: int = 1) -> None:

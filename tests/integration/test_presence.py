@@ -11,6 +11,7 @@ import pytest
 from tests.apps.agents import Recorder, Support
 from tests.support.builders import user, wait_for_status, wait_until
 from think_jobs import ThinkJobs
+from think_jobs.domain.records import Drained, Idle
 from think_jobs.engine import drain as worker_module
 from think_jobs.testing import worker
 
@@ -116,7 +117,7 @@ def test_an_unregistered_type_is_logged_once_per_type(
     stranger.register(Recorder)
     with caplog.at_level(logging.DEBUG, logger="think_jobs.engine.drain"):
         outcomes = [worker_module.drain(stranger.services, agent_id) for _ in range(3)]
-    assert outcomes == ["unregistered"] * 3
+    assert outcomes == [Drained(0, Idle.UNREGISTERED)] * 3
     lines = [r for r in caplog.records if "is not registered in this worker" in r.getMessage()]
     assert [r.levelno for r in lines] == [logging.ERROR, logging.DEBUG, logging.DEBUG]
     assert "(it serves: Recorder)" in lines[0].getMessage()

@@ -16,7 +16,7 @@ from tests.support.builders import user
 from think_jobs import Think, ThinkJobs
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import turns as turn_ops
-from think_jobs.domain.records import AgentRef, Claim, NewTurn
+from think_jobs.domain.records import AgentRef, Claim, Drained, Idle, NewTurn
 from think_jobs.domain.status import Kind
 from think_jobs.engine import drain as worker
 from think_jobs.engine.execution import Claimed, claim
@@ -121,10 +121,10 @@ def test_a_drain_runs_what_is_queued_and_then_gives_the_lease_back(
 ) -> None:
     jobs = make_jobs(drain_slice_s=60.0)
     agent, ids = queued(jobs, 3)
-    assert worker.drain(jobs.services, agent.id) == "ran 3"
+    assert worker.drain(jobs.services, agent.id) == Drained(3)
     quiet = jobs.get_agent(Quiet, "a")
     statuses = [inspection.status for i in ids if (inspection := quiet.inspect_submission(i))]
     assert statuses == ["completed"] * 3
     with jobs.db.read() as conn:
         assert not agent_ops.lease_is_live(conn, agent.id)
-    assert worker.drain(jobs.services, agent.id) == "idle"
+    assert worker.drain(jobs.services, agent.id) == Drained(0, Idle.IDLE)

@@ -318,8 +318,11 @@ def test_firing_the_same_occurrence_twice_adds_nothing(sjobs: ThinkJobs) -> None
     due = make_due(agent, "digest")
     first = schedule_api.fire(sjobs.services, agent_id(agent), "digest", due)
     again = schedule_api.fire(sjobs.services, agent_id(agent), "digest", due)
-    submission_id = first.removeprefix("submitted ")
-    assert (first, again) == (f"submitted {submission_id}", f"duplicate {submission_id}")
+    submission_id = first.submission_id
+    assert (first, again) == (
+        schedule_api.Fired(schedule_api.FireOutcome.SUBMITTED, submission_id),
+        schedule_api.Fired(schedule_api.FireOutcome.DUPLICATE, submission_id),
+    )
     assert len(agent.list_submissions()) == 1
 
 
@@ -340,8 +343,10 @@ def test_a_fire_for_a_task_removed_from_the_code_does_nothing(
     agent = sjobs.get_agent(Reporter, "acme")
     agent.start()
     monkeypatch.setenv("TJ_TEST_DROP_NUDGE", "1")
-    assert schedule_api.fire(sjobs.services, agent_id(agent), "nudge", utcnow()) == "removed"
-    assert schedule_api.fire(sjobs.services, 987_654, "nudge", utcnow()) == "unknown-agent"
+    removed = schedule_api.fire(sjobs.services, agent_id(agent), "nudge", utcnow())
+    assert removed.outcome is schedule_api.FireOutcome.REMOVED
+    unknown = schedule_api.fire(sjobs.services, 987_654, "nudge", utcnow())
+    assert unknown.outcome is schedule_api.FireOutcome.UNKNOWN_AGENT
     assert agent.list_submissions() == []
 
 
@@ -394,7 +399,7 @@ def test_run_now_with_an_occurrence_shares_its_idempotency_key_with_beat(sjobs: 
     assert (first.accepted, again.accepted) == (True, False)
     assert again.submission_id == first.submission_id
     fired = schedule_api.fire(sjobs.services, agent_id(agent), "digest", at_ms)
-    assert fired == f"duplicate {first.submission_id}"
+    assert fired == schedule_api.Fired(schedule_api.FireOutcome.DUPLICATE, first.submission_id)
 
 
 def test_run_now_without_an_occurrence_fires_a_fresh_one(sjobs: ThinkJobs) -> None:

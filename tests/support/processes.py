@@ -58,6 +58,7 @@ class ManagedProcess:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
+        self._close_output()
 
     def stop(self, timeout_s: float = 30.0) -> None:
         if self.process.poll() is None:
@@ -66,7 +67,13 @@ class ManagedProcess:
                 self.process.wait(timeout_s)
             except subprocess.TimeoutExpired:
                 self.kill()
+        self._close_output()
+
+    def _close_output(self) -> None:
+        """Close the pipe once the reader has seen its end (the whole session is gone)."""
         self._reader.join(5)
+        if not self._reader.is_alive() and self.process.stdout is not None:
+            self.process.stdout.close()
 
 
 def think_jobs_command(*args: str) -> list[str]:

@@ -67,7 +67,8 @@ def test_a_viewer_reads_inside_the_host_layout_but_may_not_cancel(host: Flask) -
     assert 'id="host-nav">Host App · signed in as bob' in html  # the host's base template
     assert "s-1" in html and ">Cancel<" not in html
     assert f"{ADMIN}/static/style.css" in html
-    assert bob.get(f"{ADMIN}/static/style.css").status_code == 200
+    with bob.get(f"{ADMIN}/static/style.css") as stylesheet:  # a file response: close it
+        assert stylesheet.status_code == 200
     refused = bob.post(f"{ADMIN}/agents/Recorder/a/requests/s-1/cancel")
     assert refused.status_code == 403  # the scope is checked before the CSRF token
     assert "does not grant the &#39;write&#39; scope" in refused.get_data(as_text=True)

@@ -24,6 +24,7 @@ import click
 from think_jobs.agent import Think
 from think_jobs.cli import examples
 from think_jobs.cli.local_redis import masked, private_redis_server, reachable
+from think_jobs.domain.status import Status
 from think_jobs.runtime import ThinkJobs
 from think_jobs.settings import load_settings
 from think_jobs.testing import worker
@@ -55,7 +56,7 @@ def run_demo(*, database_url: str | None = None) -> int:
             rows = [step(jobs) for step in STEPS]
         jobs.close()
     _print_summary(rows, where)
-    return 0 if all(row.status in ("completed", "aborted") for row in rows) else 1
+    return 0 if all(row.status in (Status.COMPLETED, Status.ABORTED) for row in rows) else 1
 
 
 SLOTS = 4

@@ -21,18 +21,17 @@ from types import FrameType
 
 import click
 
-_APP_HELP = "The ThinkJobs object as module:attribute (default: $THINK_JOBS_APP)."
+from think_jobs.cli.common import APP_HELP, load_app
+
 EXAMPLES_APP = "think_jobs.cli.examples:jobs"
 
 
 @click.command()
-@click.option("--app", "-A", "app_spec", default=None, help=_APP_HELP + " Default: examples.")
+@click.option("--app", "-A", "app_spec", default=None, help=APP_HELP + " Default: examples.")
 @click.option("--port", default=8000, show_default=True, type=int)
 @click.option("--concurrency", "-c", default=4, show_default=True, type=int)
 def dev(app_spec: str | None, port: int, concurrency: int) -> None:
     """Worker, beat and web together on local defaults; Ctrl-C stops everything."""
-    from think_jobs.cli.main import load_app
-
     spec = app_spec or os.environ.get("THINK_JOBS_APP") or EXAMPLES_APP
     jobs = load_app(spec)
     with ExitStack() as stack:

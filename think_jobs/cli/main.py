@@ -6,55 +6,12 @@ Every command names the user's ``ThinkJobs`` object with ``--app module:attribut
 
 from __future__ import annotations
 
-import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
-if TYPE_CHECKING:
-    from think_jobs.runtime import ThinkJobs
-
-APP_HELP = "The ThinkJobs object as module:attribute (default: $THINK_JOBS_APP)."
-
-
-def app_spec_of(spec: str | None) -> str | None:
-    """``--app`` or, without it, ``$THINK_JOBS_APP`` (None when neither is set)."""
-    from think_jobs.app_loading import APP_VARIABLE
-
-    return spec or os.environ.get(APP_VARIABLE) or None
-
-
-def load_app(spec: str | None) -> ThinkJobs:
-    """The ThinkJobs object ``--app`` (or ``$THINK_JOBS_APP``) names; the defaults without one.
-
-    A database URL that cannot work (unparsable, unknown dialect, missing driver) is refused
-    here, in one line, before any command uses it.
-    """
-    from think_jobs.app_loading import check_database_url, load_jobs
-    from think_jobs.errors import ConfigurationError
-    from think_jobs.runtime import ThinkJobs
-
-    spec = app_spec_of(spec)
-    try:
-        jobs = load_jobs(spec) if spec else ThinkJobs()
-    except ConfigurationError as error:
-        raise click.UsageError(f"--app: {error}" if spec else str(error)) from error
-    check_database_url(jobs.settings.database_url)
-    return jobs
-
-
-def load_app_with_agents(spec: str | None) -> ThinkJobs:
-    """``load_app`` for commands that name an agent type: without ``--app`` there are none."""
-    if app_spec_of(spec) is None:
-        raise click.UsageError(
-            "no --app given (and THINK_JOBS_APP is not set), so no agent types are known: "
-            "pass --app module:jobs naming the module that registers your agents"
-        )
-    return load_app(spec)
-
-
-app_option = click.option("--app", "-A", "app_spec", default=None, help=APP_HELP)
+from think_jobs.cli.common import app_option, load_app
 
 
 class _Group(click.Group):

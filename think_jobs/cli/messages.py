@@ -13,17 +13,15 @@ from typing import TYPE_CHECKING
 
 import click
 
+from think_jobs.cli.common import app_option, load_app
+
 if TYPE_CHECKING:
     from think_jobs.agent import Think
 
-_APP_HELP = "The ThinkJobs object as module:attribute (default: $THINK_JOBS_APP)."
-app_option = click.option("--app", "-A", "app_spec", default=None, help=_APP_HELP)
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
 def _agent(app_spec: str | None, agent_type: str, name: str) -> Think:
-    from think_jobs.cli.main import load_app
-
     return load_app(app_spec).get_agent(agent_type, name)
 
 

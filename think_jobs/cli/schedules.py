@@ -13,22 +13,19 @@ from zoneinfo import ZoneInfo
 
 import click
 
+from think_jobs.cli.common import app_option, load_app, load_app_with_agents
+
 if TYPE_CHECKING:
     from think_jobs.db.schedules import StoredSchedule
     from think_jobs.runtime import ThinkJobs
 
-_APP_HELP = "The ThinkJobs object as module:attribute (default: $THINK_JOBS_APP)."
-_app_option = click.option("--app", "-A", "app_spec", default=None, help=_APP_HELP)
-
 
 def _load(app_spec: str | None) -> ThinkJobs:
-    from think_jobs.cli.main import load_app  # here: think_jobs.cli.main imports this module
-
     return load_app(app_spec)
 
 
 @click.command()
-@_app_option
+@app_option
 @click.option("--loglevel", "-l", default="INFO", show_default=True)
 def beat(app_spec: str | None, loglevel: str) -> None:
     """Run Celery beat with the database scheduler (fires every agent's scheduled tasks)."""
@@ -44,7 +41,7 @@ def schedules() -> None:
 
 
 @schedules.command("list")
-@_app_option
+@app_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON array instead of a table.")
 def list_schedules(app_spec: str | None, as_json: bool) -> None:
     """Each agent's scheduled tasks and when they fire next (local and UTC)."""
@@ -64,15 +61,12 @@ def list_schedules(app_spec: str | None, as_json: bool) -> None:
 @click.argument("agent_type")
 @click.argument("name")
 @click.argument("task_id")
-@_app_option
+@app_option
 @click.option("--at", "at", default=None, help="Occurrence to fire (ISO 8601, with offset).")
 def run_schedule(
     agent_type: str, name: str, task_id: str, app_spec: str | None, at: str | None
 ) -> None:
     """Fire TASK_ID of the agent NAME of AGENT_TYPE now; prints the submission id."""
-    from think_jobs.cli.main import (
-        load_app_with_agents,  # here: think_jobs.cli.main imports this module
-    )
     from think_jobs.errors import ThinkJobsError
 
     scheduled_for = _occurrence(at)
@@ -141,7 +135,7 @@ def _print_table(stored: list[StoredSchedule]) -> None:
 
 def _cells(row: StoredSchedule) -> tuple[str, str, str, str, str]:
     return (
-        f"{row.agent_type}:{row.agent_name}",
+        row.address,
         row.task_id,
         row.schedule,
         _local(row).strftime("%Y-%m-%d %H:%M:%S %Z"),

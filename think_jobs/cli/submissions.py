@@ -11,19 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from think_jobs.cli.common import app_option, load_app_with_agents
+
 if TYPE_CHECKING:
     from think_jobs.agent import Think
     from think_jobs.results import StreamEvent, SubmissionInspection
 
-_APP_HELP = "The ThinkJobs object as module:attribute (default: $THINK_JOBS_APP)."
-app_option = click.option("--app", "-A", "app_spec", default=None, help=_APP_HELP)
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
 def agent_of(app_spec: str | None, agent_type: str, name: str) -> Think:
     """The agent; without ``--app`` a usage error says so (no agent type can be known)."""
-    from think_jobs.cli.main import load_app_with_agents
-
     return load_app_with_agents(app_spec).get_agent(agent_type, name)
 
 

@@ -10,11 +10,9 @@ import json
 
 import click
 
+from think_jobs.cli.common import app_option, load_app
 from think_jobs.context import utcnow
 from think_jobs.results import WorkerRecord
-
-_APP_HELP = "The ThinkJobs object as module:attribute (default: $THINK_JOBS_APP)."
-app_option = click.option("--app", "-A", "app_spec", default=None, help=_APP_HELP)
 
 
 @click.command()
@@ -25,8 +23,6 @@ app_option = click.option("--app", "-A", "app_spec", default=None, help=_APP_HEL
 )
 def workers(app_spec: str | None, as_json: bool, check_name: str | None) -> None:
     """List live workers: queues, agent types, concurrency, running tasks."""
-    from think_jobs.cli.main import load_app  # here: think_jobs.cli.main imports this module
-
     jobs = load_app(app_spec)
     live = jobs.live_workers()
     if check_name is not None:

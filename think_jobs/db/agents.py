@@ -10,6 +10,7 @@ from sqlalchemy import Connection, bindparam, case, func, literal, or_, select, 
 
 from think_jobs.db.dialect import db_now, db_now_plus, insert_ignoring_conflicts, seconds_param
 from think_jobs.db.tables import agents, turns
+from think_jobs.domain.status import Status
 from think_jobs.reports import AgentCounts
 
 
@@ -148,8 +149,8 @@ def agents_needing_a_drain(conn: Connection, *, limit: int) -> list[int]:
     waiting, not the size of the history.
     """
     active = union(
-        select(turns.c.agent_id).where(turns.c.status == "pending"),
-        select(turns.c.agent_id).where(turns.c.status == "running"),
+        select(turns.c.agent_id).where(turns.c.status == Status.PENDING),
+        select(turns.c.agent_id).where(turns.c.status == Status.RUNNING),
     ).subquery()
     query = (
         select(agents.c.id)
@@ -168,10 +169,10 @@ def list_agents(conn: Connection) -> list[AgentCounts]:
     counts = (
         select(
             turns.c.agent_id,
-            func.sum(case((turns.c.status == "pending", 1), else_=0)).label("p"),
-            func.sum(case((turns.c.status == "running", 1), else_=0)).label("r"),
+            func.sum(case((turns.c.status == Status.PENDING, 1), else_=0)).label("p"),
+            func.sum(case((turns.c.status == Status.RUNNING, 1), else_=0)).label("r"),
         )
-        .where(turns.c.status.in_(("pending", "running")))
+        .where(turns.c.status.in_((Status.PENDING, Status.RUNNING)))
         .group_by(turns.c.agent_id)
         .subquery()
     )
@@ -188,7 +189,7 @@ def queue_counts(conn: Connection) -> list[tuple[str, str, int]]:
     query = (
         select(agents.c.agent_type, turns.c.status, func.count())
         .join(agents, agents.c.id == turns.c.agent_id)
-        .where(turns.c.status.in_(("pending", "running")))
+        .where(turns.c.status.in_((Status.PENDING, Status.RUNNING)))
         .group_by(agents.c.agent_type, turns.c.status)
     )
     return [(row[0], row[1], int(row[2])) for row in conn.execute(query)]

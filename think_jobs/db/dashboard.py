@@ -27,6 +27,7 @@ from sqlalchemy import ColumnElement, Connection, Float, Select, func, select, t
 
 from think_jobs.db.tables import agents, turns
 from think_jobs.db.turns import ACTIVE, TERMINAL
+from think_jobs.domain.status import Kind, Status
 from think_jobs.reports import (
     DashboardData,
     DepthSeries,
@@ -99,7 +100,7 @@ def oldest_pending(conn: Connection) -> list[OldestPending]:
             .label("rank"),
         )
         .join(agents, agents.c.id == turns.c.agent_id)
-        .where(turns.c.status == "pending", turns.c.kind == "submission")
+        .where(turns.c.status == Status.PENDING, turns.c.kind == Kind.SUBMISSION)
         .subquery()
     )
     query = select(ranked).where(ranked.c.rank == 1).order_by(ranked.c.agent_type)
@@ -120,7 +121,7 @@ def stuck_turns(conn: Connection, *, now: datetime, rule: StuckRule) -> list[Stu
             turns.c.started_at,
         )
         .join(agents, agents.c.id == turns.c.agent_id)
-        .where(turns.c.status == "running", turns.c.started_at.is_not(None))
+        .where(turns.c.status == Status.RUNNING, turns.c.started_at.is_not(None))
     )
     running = list(conn.execute(query))
     usual = usual_durations(conn, now=now, agent_types={row.agent_type for row in running})
@@ -155,7 +156,7 @@ def usual_durations(
     recent = (
         _finished_since(now - window)
         .where(
-            turns.c.status == "completed",
+            turns.c.status == Status.COMPLETED,
             turns.c.started_at.is_not(None),
             agents.c.agent_type.in_(wanted),
         )

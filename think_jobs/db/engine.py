@@ -25,7 +25,7 @@ from sqlalchemy.engine import make_url
 
 from think_jobs.errors import ConfigurationError, StorageUnavailableError
 
-__all__ = ["ConcurrentWrite", "Connection", "Database", "create_db_engine"]
+__all__ = ["ConcurrentWrite", "Connection", "Database", "check_url", "create_db_engine"]
 
 _WRITE = "think_jobs_write"
 # A TCP connection to a server that vanished does not fail, it hangs: bound connecting, and
@@ -101,6 +101,30 @@ def create_db_engine(url: str, *, pool_size: int) -> Engine:
     )
     _ping_rested_connections(engine)
     return engine
+
+
+def check_url(url: str) -> None:
+    """Refuse, in one line, a database URL that cannot work: unparsable, an unknown dialect,
+    or a driver that is not installed (what SQLAlchemy would report as a long traceback)."""
+    try:
+        parsed = make_url(url)
+    except exc.ArgumentError as error:
+        raise ConfigurationError(
+            "the database URL (THINK_JOBS_DATABASE_URL) is not a URL; expected e.g. "
+            "sqlite:///think_jobs.db or postgresql+psycopg://user:password@host/db"
+        ) from error
+    shown = parsed.render_as_string(hide_password=True)
+    try:
+        parsed.get_dialect().import_dbapi()
+    except exc.NoSuchModuleError as error:
+        raise ConfigurationError(
+            f"database URL {shown}: SQLAlchemy knows no database {parsed.drivername!r}"
+        ) from error
+    except ImportError as error:
+        raise ConfigurationError(
+            f"database URL {shown}: its driver is not installed ({error}); install it, or use "
+            "postgresql+psycopg:// with think-jobs[postgres]"
+        ) from error
 
 
 class ConcurrentWrite(Exception):

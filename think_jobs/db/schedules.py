@@ -34,6 +34,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from think_jobs.db.dialect import insert_ignoring_conflicts
 from think_jobs.db.tables import ID, Base, UTCDateTime, agents
+from think_jobs.keys import agent_address
 
 
 class ScheduleRow(Base):
@@ -83,6 +84,11 @@ class StoredSchedule:
     next_run_at: datetime
     last_scheduled_for: datetime | None
     last_fired_at: datetime | None
+
+    @property
+    def address(self) -> str:
+        """``<type>:<name>`` of the agent."""
+        return agent_address(self.agent_type, self.agent_name)
 
 
 _COLUMNS = (

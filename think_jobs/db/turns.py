@@ -104,7 +104,7 @@ def _head_query(*columns: Any, agent_param: str = "agent_id") -> Select[Any]:
             .subquery()
         )
 
-    pending, running = lowest("pending"), lowest("running")
+    pending, running = lowest(Status.PENDING), lowest(Status.RUNNING)
     both = union_all(select(pending), select(running)).subquery()
     return select(both).order_by(both.c.seq).limit(1)
 
@@ -202,7 +202,7 @@ _START = (
         turns.c.status.in_(ACTIVE),
     )
     .values(
-        status="running",
+        status=Status.RUNNING,
         attempt=turns.c.attempt + 1,
         recoveries=turns.c.recoveries + bindparam("recovering", type_=Integer()),
         started_at=func.coalesce(turns.c.started_at, db_now()),
@@ -244,12 +244,12 @@ def _start_fresh_head_statement() -> Any:
         update(turns)
         .where(
             turns.c.id == select(head.c.id).scalar_subquery(),
-            turns.c.status == "pending",
-            turns.c.kind == "submission",
+            turns.c.status == Status.PENDING,
+            turns.c.kind == Kind.SUBMISSION,
             turns.c.messages_applied.is_(False),
         )
         .values(
-            status="running",
+            status=Status.RUNNING,
             attempt=turns.c.attempt + 1,
             started_at=func.coalesce(turns.c.started_at, db_now()),
             assistant_message_id=func.coalesce(
@@ -298,7 +298,7 @@ _FINISH = (
     update(turns)
     .where(
         turns.c.id == bindparam("turn_id"),
-        turns.c.status == "running",
+        turns.c.status == Status.RUNNING,
         turns.c.attempt == bindparam("current_attempt"),
     )
     .values(**_ENDED)
@@ -379,8 +379,10 @@ def requeue_turn(conn: Connection, turn: TurnRecord) -> bool:
     """Put this attempt's running turn back to pending (for a fresh start or a continuation)."""
     statement = (
         update(turns)
-        .where(turns.c.id == turn.id, turns.c.status == "running", turns.c.attempt == turn.attempt)
-        .values(status="pending")
+        .where(
+            turns.c.id == turn.id, turns.c.status == Status.RUNNING, turns.c.attempt == turn.attempt
+        )
+        .values(status=Status.PENDING)
     )
     return conn.execute(statement).rowcount == 1
 
@@ -422,7 +424,7 @@ def list_submissions(
     before: TurnRecord | None = None,
 ) -> list[TurnRecord]:
     """Newest first (``created_at``, then ``request_id``); ``before`` is a keyset cursor."""
-    query = select(turns).where(turns.c.agent_id == agent_id, turns.c.kind == "submission")
+    query = select(turns).where(turns.c.agent_id == agent_id, turns.c.kind == Kind.SUBMISSION)
     if statuses is not None:
         query = query.where(turns.c.status.in_(statuses))
     if before is not None:
@@ -442,7 +444,7 @@ def delete_terminal_submission(conn: Connection, agent_id: int, submission_id: s
         .where(
             turns.c.agent_id == agent_id,
             turns.c.request_id == submission_id,
-            turns.c.kind == "submission",
+            turns.c.kind == Kind.SUBMISSION,
             turns.c.status.in_(TERMINAL),
         )
         .returning(turns.c.id)
@@ -465,7 +467,7 @@ def delete_terminal_submissions(
         select(turns.c.id)
         .where(
             turns.c.agent_id == agent_id,
-            turns.c.kind == "submission",
+            turns.c.kind == Kind.SUBMISSION,
             turns.c.status.in_([s for s in statuses if s in TERMINAL]),
         )
         .order_by(turns.c.completed_at, turns.c.id)

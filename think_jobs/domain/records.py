@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from think_jobs.domain.status import Kind, Status
@@ -126,13 +127,33 @@ class Claim:
         return self.admitted > self.turn.seq
 
 
+class Idle(StrEnum):
+    """Why a claim (or a drain) ran nothing."""
+
+    BUSY = "busy"  # another holder has the agent's lease
+    IDLE = "idle"  # no turn waits
+    CALLER = "caller"  # the head is a blocking turn only its own caller can run
+    UNKNOWN_AGENT = "unknown-agent"  # no agent row has this id (deleted)
+    UNREGISTERED = "unregistered"  # this process does not serve the agent's type
+
+
 @dataclass(frozen=True)
 class NotClaimed:
-    """Why nothing was claimed: ``busy`` (lease held), ``idle`` (no turn), or ``caller``
-    (the head is a blocking turn that only its own caller can run)."""
+    """Why nothing was claimed (``busy``, ``idle`` or ``caller``) and the head it saw."""
 
-    reason: str
+    reason: Idle
     head: TurnRecord | None = None
+
+
+@dataclass(frozen=True)
+class Drained:
+    """What one drain did: how many turns it ran, or (none) why it ran nothing."""
+
+    ran: int
+    idle: Idle | None = None
+
+    def __str__(self) -> str:
+        return f"ran {self.ran}" if self.ran else str(self.idle)
 
 
 @dataclass(frozen=True)

@@ -330,7 +330,8 @@ class Attempt:
     def deliver(self, outcome: RunOutcome, written: Written) -> TurnResult:
         """End the stream, then call the hooks in Think's order for what was written."""
         self.writer.done(written.status, written.error)
-        final = RunOutcome(written.status, written.error, outcome.message, outcome.has_content)
+        status = cast(TurnStatus, written.status)  # a final status: the write ended the turn
+        final = RunOutcome(status, written.error, outcome.message, outcome.has_content)
         self._observe_end(final)
         if written.by_us:
             record = turn_ops.replace_record(self.turn, status=final.status, error=final.error)
@@ -341,7 +342,7 @@ class Attempt:
                 message=message,
                 request_id=self.turn.request_id,
                 continuation=self.turn.continuation,
-                status=cast(TurnStatus, final.status),
+                status=final.status,
                 error=final.error,
             )
         )

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import logging
 
-import redis
-
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.engine import Connection
 from think_jobs.domain.policy import SKIPPED_BY_RESET
@@ -20,6 +18,7 @@ from think_jobs.domain.records import TurnRecord
 from think_jobs.domain.status import Status
 from think_jobs.engine import events, followups, handoff
 from think_jobs.engine.ports import AgentHooks, Services
+from think_jobs.errors import BrokerUnavailableError
 from think_jobs.transport import flags
 from think_jobs.transport.streams import StoredEnd, StreamRef, seal_from_store
 
@@ -127,7 +126,7 @@ def _announce_end(
         seal_from_store(
             services.redis, services.keys, ref, end, ttl_s=services.settings.stream_ttl_s
         )
-    except redis.RedisError as problem:
+    except BrokerUnavailableError as problem:
         log.warning("end of stream %s not written (readers see it in the database): %s",
                     turn.request_id, problem)  # fmt: skip
     events.status_changed(agent, turn, status, error)

@@ -12,26 +12,24 @@ executor died (their lease expires, recovery takes over).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 import weakref
 
-import redis
-
 from think_jobs.db import agents as agent_ops
-from think_jobs.domain.records import AgentRef, NotClaimed
+from think_jobs.domain.records import AgentRef, Drained, Idle, NotClaimed
 from think_jobs.engine import execution, followups, handoff
 from think_jobs.engine.ports import Services
 from think_jobs.errors import AgentNotRegisteredError, ThinkJobsError
+from think_jobs.transport import flags
 
 log = logging.getLogger(__name__)
 
 _SWEEP_BATCH = 1000
 
 
-def drain(services: Services, agent_id: int) -> str:
+def drain(services: Services, agent_id: int) -> Drained:
     """Run the agent's next turns while its time slice lasts; returns what happened.
 
     One turn at least; more of the same agent while ``drain_slice_s`` is not used up and turns
@@ -41,16 +39,16 @@ def drain(services: Services, agent_id: int) -> str:
     """
     _forget_sweep_mark(services, agent_id)
     agent = _agent_ref(services, agent_id)
-    if isinstance(agent, str):
-        return agent
+    if isinstance(agent, Idle):
+        return Drained(0, agent)
     deadline = time.monotonic() + services.settings.drain_slice_s
     ran = 0
     claimed = execution.claim(services, agent)
     while True:
         if isinstance(claimed, NotClaimed):
-            if claimed.reason == "caller":
+            if claimed.reason is Idle.CALLER:
                 handoff.caller_waits(services, agent)
-            return f"ran {ran}" if ran else claimed.reason
+            return Drained(ran) if ran else Drained(0, claimed.reason)
         # Turns waiting and time left: keep the lease for the next one (claimed with the final
         # write when no hook runs after it). Otherwise release now rather than look again.
         keep = claimed.claim.queued_behind and time.monotonic() < deadline
@@ -63,18 +61,18 @@ def drain(services: Services, agent_id: int) -> str:
         else:
             if outcome.released is not None:
                 handoff.released(services, agent, outcome.released)
-            return f"ran {ran}"
+            return Drained(ran)
 
 
-def _agent_ref(services: Services, agent_id: int) -> AgentRef | str:
+def _agent_ref(services: Services, agent_id: int) -> AgentRef | Idle:
     identity = services.agents.identity_of(agent_id)
     if identity is None:
-        return "unknown-agent"
+        return Idle.UNKNOWN_AGENT
     try:
         services.agents.instantiate(*identity)
     except AgentNotRegisteredError:
         _log_unregistered(services, identity[0])
-        return "unregistered"
+        return Idle.UNREGISTERED
     return AgentRef(agent_id, *identity)
 
 
@@ -113,18 +111,14 @@ def _sweep_mark_ttl_s(services: Services) -> int:
 
 
 def _mark_swept(services: Services, agent_id: int) -> bool:
-    """Remember (in Redis, with a TTL) that the sweeper sent a drain, so it does not pile up
-    duplicates behind a long queue. True if no mark was there."""
-    key = services.keys.swept(agent_id)
-    try:
-        return bool(services.redis.set(key, "1", nx=True, ex=_sweep_mark_ttl_s(services)))
-    except redis.RedisError:
-        return True
+    """Remember that the sweeper sent a drain, so it does not pile up duplicates behind a long
+    queue. True if no mark was there."""
+    ttl_s = _sweep_mark_ttl_s(services)
+    return flags.mark_swept(services.redis, services.keys, agent_id, ttl_s=ttl_s)
 
 
 def _forget_sweep_mark(services: Services, agent_id: int) -> None:
-    with contextlib.suppress(redis.RedisError):
-        services.redis.delete(services.keys.swept(agent_id))
+    flags.forget_sweep_mark(services.redis, services.keys, agent_id)
 
 
 class Sweeper:

@@ -42,7 +42,7 @@ RunStatus = FinalStatus
 
 @dataclass(frozen=True)
 class RunOutcome:
-    status: str
+    status: RunStatus
     error: str | None
     message: UIMessage
     has_content: bool

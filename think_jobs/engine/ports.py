@@ -11,8 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-import redis
-
 from think_jobs.callbacks import ChatStartEvent
 from think_jobs.context import TurnContext
 from think_jobs.db.engine import Database
@@ -22,7 +20,7 @@ from think_jobs.results import ChatResponseResult, SubmissionInspection
 from think_jobs.scheduled_task import ScheduledTask
 from think_jobs.settings import Settings
 from think_jobs.tools import Tool
-from think_jobs.transport.clients import RedisClients
+from think_jobs.transport.clients import Redis, RedisClients
 from think_jobs.transport.dispatch import Dispatcher
 from think_jobs.transport.flags import RevocationPoller
 
@@ -92,5 +90,5 @@ class Services:
     agents: AgentDirectory
 
     @property
-    def redis(self) -> redis.Redis:
+    def redis(self) -> Redis:
         return self.clients.redis

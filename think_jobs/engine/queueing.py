@@ -29,16 +29,16 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection
-
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
+from think_jobs.db.engine import Connection
 from think_jobs.domain import policy
 from think_jobs.domain.records import (
     Admission,
     AgentRef,
     Claim,
+    Idle,
     NewTurn,
     NotClaimed,
     Released,
@@ -115,7 +115,7 @@ def claim_next(
         conn, agent.id, token, renew=held_token is not None, ttl_s=lease_ttl_s
     )
     if held is None:
-        return NotClaimed("busy")
+        return NotClaimed(Idle.BUSY)
     holder = _Holder(agent, token, held.admitted, held.now)
     fresh = turn_ops.start_fresh_head(conn, agent.id, assistant_message_id=new_message_id())
     if fresh is not None:
@@ -124,14 +124,14 @@ def claim_next(
         head = turn_ops.head_turn(conn, agent.id)
         if head is None:
             agent_ops.release_lease(conn, agent.id, token)
-            return NotClaimed("idle")
+            return NotClaimed(Idle.IDLE)
         outcome = _claim_head(conn, head, holder, max_recoveries, caller_turn_id)
         if outcome is not None:
             if isinstance(outcome, NotClaimed):
                 agent_ops.release_lease(conn, agent.id, token)
             return outcome
     agent_ops.release_lease(conn, agent.id, token)
-    return NotClaimed("busy")
+    return NotClaimed(Idle.BUSY)
 
 
 def _take_lease(
@@ -178,7 +178,7 @@ def _claim_head(
         if head.caller_expires_at is not None and head.caller_expires_at < holder.now:
             turn_ops.end_turn(conn, head.id, status=Status.ABORTED, error=policy.CALLER_GONE)
             return None
-        return NotClaimed("caller", head)
+        return NotClaimed(Idle.CALLER, head)
     if head.messages_applied:  # handed to recovery by a stalled attempt
         return _recover_orphan(conn, head, holder, max_recoveries)
     return _start(conn, head, holder, recovering=False)

@@ -22,6 +22,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, Final
 
 from think_jobs.context import utcnow
@@ -77,6 +78,30 @@ class ReconcileReport:
         return ReconcileReport(
             self.armed + other.armed, self.rearmed + other.rearmed, self.removed + other.removed
         )
+
+
+class FireOutcome(StrEnum):
+    """What firing one occurrence did."""
+
+    HANDLED = "handled"  # a handler task ran
+    SUBMITTED = "submitted"  # a prompt task's submission was admitted
+    DUPLICATE = "duplicate"  # this occurrence was submitted before (its idempotency key)
+    REMOVED = "removed"  # the agent no longer declares the task
+    UNKNOWN_AGENT = "unknown-agent"
+    UNREGISTERED = "unregistered"  # this worker does not serve the agent's type
+    FAILED = "failed"  # the action failed on its last attempt
+
+
+@dataclass(frozen=True)
+class Fired:
+    """The outcome of one fire, and the submission it made or found (prompt tasks)."""
+
+    outcome: FireOutcome
+    submission_id: str | None = None
+
+    def __str__(self) -> str:
+        suffix = f" {self.submission_id}" if self.submission_id else ""
+        return f"{self.outcome}{suffix}"
 
 
 class RetryFire(Exception):
@@ -136,13 +161,13 @@ def _reconcile_type(services: Services, agent_type: str, now: datetime) -> Recon
 
 def fire(
     services: Services, agent_id: int, task_id: str, scheduled_for: datetime, *, attempt: int = 1
-) -> str:
+) -> Fired:
     """Fire one claimed occurrence on a worker; returns what happened (for logs and tests).
 
     Raises ``RetryFire`` when the action failed and attempts are left.
     """
     target = _target(services, agent_id, task_id)
-    if isinstance(target, str):
+    if isinstance(target, Fired):
         return target
     agent, code = target
     ctx = context_for(agent, task_id, code, _to_ms(scheduled_for), attempt=attempt)
@@ -150,7 +175,7 @@ def fire(
         result = _act(services, agent, code, ctx)
     except Exception as error:
         return _failed(services, agent, ctx, code.task.max_attempts, error)
-    outcome = "handled" if result is None else _described(result)
+    outcome = Fired(FireOutcome.HANDLED) if result is None else _described(result)
     kind = "handler" if result is None else "prompt"
     metrics.SCHEDULED_FIRES.labels(agent.agent_type, kind).inc()
     log.info("scheduled task %s of %s (%s): %s", task_id, agent.address, ctx.scheduled_for, outcome)
@@ -265,29 +290,30 @@ def _act(
     return submissions.submit(services, agent, submission)
 
 
-def _described(result: SubmitMessagesResult) -> str:
-    return f"{'submitted' if result.accepted else 'duplicate'} {result.submission_id}"
+def _described(result: SubmitMessagesResult) -> Fired:
+    outcome = FireOutcome.SUBMITTED if result.accepted else FireOutcome.DUPLICATE
+    return Fired(outcome, result.submission_id)
 
 
-def _target(services: Services, agent_id: int, task_id: str) -> tuple[AgentHooks, CodeTask] | str:
+def _target(services: Services, agent_id: int, task_id: str) -> tuple[AgentHooks, CodeTask] | Fired:
     identity = services.agents.identity_of(agent_id)
     if identity is None:
-        return "unknown-agent"
+        return Fired(FireOutcome.UNKNOWN_AGENT)
     try:
         agent = services.agents.instantiate(*identity)
     except AgentNotRegisteredError:
         log.error("agent type %s is not registered in this worker; not firing", identity[0])
-        return "unregistered"
+        return Fired(FireOutcome.UNREGISTERED)
     code = code_tasks(agent).get(task_id)
     if code is None:
         log.info("%s no longer declares scheduled task %s; not firing", agent.address, task_id)
-        return "removed"
+        return Fired(FireOutcome.REMOVED)
     return agent, code
 
 
 def _failed(
     services: Services, agent: AgentHooks, ctx: ScheduleContext, max_attempts: int, error: Exception
-) -> str:
+) -> Fired:
     where = f"scheduled task {ctx.task_id} of {agent.address} ({ctx.occurrence_key})"
     if ctx.attempt < max_attempts:
         countdown_s = retry_backoff_s(services, ctx.attempt)
@@ -297,7 +323,7 @@ def _failed(
         )
         raise RetryFire(countdown_s) from error
     log.error("%s failed after %d attempts", where, ctx.attempt, exc_info=error)
-    return "failed"
+    return Fired(FireOutcome.FAILED)
 
 
 def _to_ms(moment: datetime) -> datetime:

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import redis
-
 from think_jobs import validation
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
@@ -260,7 +258,7 @@ def _forget_streams(services: Services, agent: AgentHooks, deleted: Mapping[int,
         for turn_id, request_id in deleted.items():
             ref = StreamRef(agent.address, request_id, turn_id)
             streams.forget(services.redis, services.keys, ref)
-    except redis.RedisError as error:
+    except BrokerUnavailableError as error:
         log.warning("streams of deleted submissions left to expire: %s", error)
 
 

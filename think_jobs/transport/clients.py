@@ -10,9 +10,25 @@ only the database decides. Nothing connects until first used.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import redis
 from redis import ConnectionPool, Redis
+
+from think_jobs.errors import BrokerUnavailableError
+
+__all__ = ["Redis", "RedisClients", "broker_errors"]
+
+
+@contextmanager
+def broker_errors(doing: str) -> Iterator[None]:
+    """Re-raise a Redis failure inside the block as ``BrokerUnavailableError`` saying what was
+    being done: the layers above this one never see the driver's exceptions."""
+    try:
+        yield
+    except redis.RedisError as error:
+        raise BrokerUnavailableError(f"Redis unavailable ({doing}): {error}") from error
 
 
 class RedisClients:
@@ -36,6 +52,11 @@ class RedisClients:
                         health_check_interval=30,
                     )
         return self._redis
+
+    def ping(self) -> None:
+        """Raises ``BrokerUnavailableError`` unless Redis answers now."""
+        with broker_errors("ping"):
+            self.redis.ping()
 
     @property
     def stream(self) -> Redis:

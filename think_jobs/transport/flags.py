@@ -9,6 +9,7 @@ chunks. If Redis is down the attempt's heartbeat still sees the status.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -33,6 +34,21 @@ def set_revocation(
         client.set(keys.revoked(agent, turn_id), reason or "", ex=ttl_s)
     except redis.RedisError as error:
         log.warning("revocation flag not set (the heartbeat will see the status): %s", error)
+
+
+def mark_swept(client: redis.Redis, keys: Keys, agent_id: int, *, ttl_s: int) -> bool:
+    """Remember (with a TTL) that the sweeper sent this agent a drain; True if no mark was
+    there (or Redis cannot tell: then the sweeper sends, a duplicate drain is harmless)."""
+    try:
+        return bool(client.set(keys.swept(agent_id), "1", nx=True, ex=ttl_s))
+    except redis.RedisError:
+        return True
+
+
+def forget_sweep_mark(client: redis.Redis, keys: Keys, agent_id: int) -> None:
+    """Drop the sweeper's mark (best effort: it expires anyway)."""
+    with contextlib.suppress(redis.RedisError):
+        client.delete(keys.swept(agent_id))
 
 
 class RevocationPoller:

@@ -38,11 +38,13 @@ import redis
 from redis.client import PubSub
 
 from think_jobs import replay
+from think_jobs.domain.status import Status
 from think_jobs.errors import BrokerUnavailableError
 from think_jobs.keys import Keys
 from think_jobs.messages import UIMessage
 from think_jobs.observe import metrics
 from think_jobs.results import StreamEvent
+from think_jobs.transport.clients import broker_errors
 
 log = logging.getLogger(__name__)
 
@@ -355,8 +357,15 @@ def seal_from_store(
     client: redis.Redis, keys: Keys, ref: StreamRef, end: StoredEnd, *, ttl_s: int
 ) -> None:
     """Complete a finished turn's stream from the database: the reply's missing chunks (or, if
-    the stream does not lead to the stored reply, none) and the ``done`` event."""
-    names = _Keys.of(keys, ref)
+    the stream does not lead to the stored reply, none) and the ``done`` event. Raises
+    ``BrokerUnavailableError``."""
+    with broker_errors("completing a stream from the database"):
+        _seal_from_store(client, _Keys.of(keys, ref), ref, end, ttl_s=ttl_s)
+
+
+def _seal_from_store(
+    client: redis.Redis, names: _Keys, ref: StreamRef, end: StoredEnd, *, ttl_s: int
+) -> None:
     for _ in range(5):  # the buffer moved under us: read it again
         raw = client.lrange(names.buffer, 0, -1)
         events = [decode_event(item) for item in raw]
@@ -378,8 +387,8 @@ def _missing(ref: StreamRef, events: list[StreamEvent], end: StoredEnd) -> list[
         return []
     chunks = [event.chunk for event in events if event.chunk is not None]
     if not chunks:
-        return replay.render(end.reply, finished=end.status == "completed")
-    rest = replay.suffix(chunks, end.reply, finished=end.status == "completed")
+        return replay.render(end.reply, finished=end.status == Status.COMPLETED)
+    rest = replay.suffix(chunks, end.reply, finished=end.status == Status.COMPLETED)
     if rest is None:
         log.warning("stream of request %s does not lead to its stored reply", ref.request_id)
         return []
@@ -387,9 +396,11 @@ def _missing(ref: StreamRef, events: list[StreamEvent], end: StoredEnd) -> list[
 
 
 def forget(client: redis.Redis, keys: Keys, ref: StreamRef) -> None:
-    """Delete a turn's stream and revocation flag (its submission was deleted)."""
+    """Delete a turn's stream and revocation flag (its submission was deleted); raises
+    ``BrokerUnavailableError``."""
     names = _Keys.of(keys, ref)
-    client.delete(names.buffer, names.state, names.revoked)
+    with broker_errors("deleting a stream"):
+        client.delete(names.buffer, names.state, names.revoked)
 
 
 # -- reading -----------------------------------------------------------------------------------

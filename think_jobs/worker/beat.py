@@ -138,8 +138,7 @@ def _claim_group(conn: Connection, rows: list[StoredSchedule], now: datetime) ->
 
 
 def _claim_of(row: StoredSchedule, following: datetime) -> Claim:
-    address = f"{row.agent_type}:{row.agent_name}"
-    return Claim(row.id, row.agent_id, address, row.task_id, row.next_run_at, following)
+    return Claim(row.id, row.agent_id, row.address, row.task_id, row.next_run_at, following)
 
 
 @lru_cache(maxsize=4096)

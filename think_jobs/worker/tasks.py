@@ -46,7 +46,7 @@ def _drains(app: Celery, jobs: ThinkJobs) -> None:
     )
     def drain_task(agent_id: int) -> str:
         """Run the agent's next turn; while the database is down, back off and retry."""
-        return drain.drain(jobs.services, agent_id)
+        return str(drain.drain(jobs.services, agent_id))  # "ran 2", "idle": for Celery's log
 
     @app.task(name=SWEEP_TASK, ignore_result=True, shared=False)  # type: ignore[untyped-decorator]
     def sweep() -> int:
@@ -63,7 +63,8 @@ def _schedules(app: Celery, jobs: ThinkJobs) -> None:
         attempt = int(self.request.retries) + 1
         when = datetime.fromisoformat(scheduled_for)
         try:
-            return schedules.fire(jobs.services, agent_id, task_id, when, attempt=attempt)
+            fired = schedules.fire(jobs.services, agent_id, task_id, when, attempt=attempt)
+            return str(fired)  # "submitted <id>", "removed": for Celery's log
         except RetryFire as retry:
             raise self.retry(
                 countdown=retry.countdown_s, exc=retry.__cause__, max_retries=None

@@ -1,0 +1,93 @@
+"""The public API is what ``think_jobs`` exports and the SPEC's method names: a refactor of the
+layers under it must not change either (a change here is a deliberate, documented one)."""
+
+from __future__ import annotations
+
+import inspect
+
+import think_jobs
+from think_jobs import Think, ThinkJobs
+
+EXPORTED = [
+    "AbortController",
+    "AbortSignal",
+    "AgentNotRegisteredError",
+    "BrokerUnavailableError",
+    "ChatResponseResult",
+    "ChatStartEvent",
+    "ConfigurationError",
+    "EmptySubmissionError",
+    "InvalidInputError",
+    "MessageValidationError",
+    "Model",
+    "ModelRequest",
+    "NestedTurnError",
+    "SaveMessagesResult",
+    "ScheduleContext",
+    "ScheduleError",
+    "ScheduledTask",
+    "Settings",
+    "StorageUnavailableError",
+    "StreamCallback",
+    "StreamEvent",
+    "SubmissionConflictError",
+    "SubmissionInspection",
+    "SubmissionStatus",
+    "SubmitMessagesResult",
+    "Think",
+    "ThinkJobs",
+    "ThinkJobsError",
+    "Tool",
+    "TurnContext",
+    "TurnFailedError",
+    "UIMessage",
+    "UnknownCursorError",
+    "UnknownRequestError",
+    "tool",
+]
+
+THINK_METHODS = [  # SPEC.md's agent.* names and the Think hooks it names
+    "abort_all_requests",
+    "abort_request",
+    "before_turn",
+    "cancel_chat",
+    "cancel_submission",
+    "chat",
+    "clear_messages",
+    "continue_last_turn",
+    "delete_submission",
+    "delete_submissions",
+    "get_messages",
+    "get_model",
+    "get_scheduled_tasks",
+    "get_tools",
+    "inspect_submission",
+    "list_submissions",
+    "next_runs",
+    "on_chat_error",
+    "on_chat_response",
+    "run_scheduled_task",
+    "save_messages",
+    "start",
+    "stream",
+    "sub_agent",
+    "submit_messages",
+    "subscribe",
+]
+
+THINK_JOBS_MEMBERS = ["celery", "get_agent", "migrate", "register"]
+
+
+def test_the_package_exports_exactly_the_public_names() -> None:
+    assert sorted(think_jobs.__all__) == EXPORTED
+    assert all(getattr(think_jobs, name, None) is not None for name in EXPORTED)
+
+
+def test_every_spec_method_of_an_agent_is_there_and_callable() -> None:
+    missing = [name for name in THINK_METHODS if not callable(getattr(Think, name, None))]
+    assert missing == []
+
+
+def test_the_runtime_keeps_its_spec_members() -> None:
+    found = dict(inspect.getmembers(ThinkJobs))
+    assert [name for name in THINK_JOBS_MEMBERS if name not in found] == []
