@@ -2,10 +2,17 @@
 
 ``worker(jobs)`` runs a real Celery worker for ``jobs`` in background threads of this process,
 consuming from the real broker; ``wait_until`` polls a condition with a deadline.
+
+One in-process worker at a time: Celery keeps a worker's shutdown flag in process-wide state
+(``celery.worker.state``) and kombu hands every worker of a process the same event loop, so two
+workers in one process stop together and race on each other's sockets (seen: a worker thread
+blocked for good in a pub/sub read). For a second worker, start a ``think-jobs worker``
+subprocess.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,6 +23,8 @@ from think_jobs.worker import presence
 
 if TYPE_CHECKING:
     from think_jobs.runtime import ThinkJobs
+
+_running = threading.Lock()  # held while this process runs a worker()
 
 
 @contextmanager
@@ -34,9 +43,33 @@ def worker(
     Yields the Celery ``WorkController``. Leaving the block stops both and waits for running
     tasks (up to ``shutdown_timeout_s``).
     """
+    if not _running.acquire(blocking=False):
+        raise RuntimeError(
+            "a worker() is already running in this process: Celery's shutdown flag and kombu's "
+            "event loop are process-wide, so leave the first worker's block before starting "
+            "another, or run the second as a `think-jobs worker` subprocess"
+        )
+    try:
+        with _started(jobs, concurrency, pool, loglevel, shutdown_timeout_s, sweeper) as controller:
+            yield controller
+    finally:
+        _running.release()
+
+
+@contextmanager
+def _started(
+    jobs: ThinkJobs,
+    concurrency: int,
+    pool: str,
+    loglevel: str,
+    shutdown_timeout_s: float,
+    sweeper: bool,
+) -> Iterator[Any]:
     from celery.contrib.testing.worker import start_worker
+    from kombu.asynchronous import set_event_loop
 
     jobs.celery.conf.worker_hijack_root_logger = False  # keep the test's log capture
+    set_event_loop(None)  # a fresh loop: the last worker's may hold its closed sockets
     with start_worker(
         jobs.celery,
         concurrency=concurrency,

@@ -59,10 +59,10 @@ def test_pending_while_the_live_workers_serve_other_types(
             f"(live workers on queue {producer.settings.queue} serve Recorder)"
         )
         wait_until(lambda: _reason(agent, result.submission_id) == expected)
-        right = make_jobs(**FAST)
-        right.register(Support)
-        with worker(right, concurrency=1):
-            wait_for_status(agent, result.submission_id, "completed")
+    right = make_jobs(**FAST)
+    right.register(Support)
+    with worker(right, concurrency=1):
+        wait_for_status(agent, result.submission_id, "completed")
     found = agent.inspect_submission(result.submission_id)
     assert found is not None and found.waiting_reason is None
 
