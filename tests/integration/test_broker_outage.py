@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+
+import pytest
 
 from tests.apps.agents import Support
 from tests.support.builders import user, wait_for_status
@@ -12,12 +15,15 @@ from think_jobs.testing import worker
 
 
 def test_submission_is_accepted_while_the_broker_is_down_and_runs_later(
-    make_jobs: Callable[..., ThinkJobs],
+    make_jobs: Callable[..., ThinkJobs], caplog: pytest.LogCaptureFixture
 ) -> None:
     dead_broker = f"redis://127.0.0.1:{free_port()}/0"
     producer = make_jobs(broker_url=dead_broker)
-    result = producer.get_agent(Support, "a").submit_messages([user("hello")])
+    with caplog.at_level(logging.WARNING, logger="think_jobs.transport.dispatch"):
+        result = producer.get_agent(Support, "a").submit_messages([user("hello")])
     assert (result.accepted, result.status) == (True, "pending")
+    warned = [record.getMessage() for record in caplog.records]
+    assert any("could not enqueue work for Support:a (the sweeper will)" in m for m in warned)
 
     consumer = make_jobs()  # a worker on the working broker: its sweeper finds the row
     assert consumer.redis.llen(consumer.settings.queue) == 0

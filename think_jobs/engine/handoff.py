@@ -20,10 +20,11 @@ from think_jobs.keys import agent_address
 def released(services: Services, agent: AgentRef, what: Released) -> None:
     """A lease was given back: nudge whoever runs the agent's next turn."""
     nudge = policy.next_nudge(what.next_turn)
+    address = agent_address(agent.agent_type, agent.agent_name)
     if nudge is Nudge.DRAIN:
-        services.dispatch.enqueue_drain(agent.id)
+        services.dispatch.enqueue_drain(agent.id, address)
     elif nudge is Nudge.WAKE:
-        services.dispatch.wake_callers(agent_address(agent.agent_type, agent.agent_name))
+        services.dispatch.wake_callers(address)
 
 
 def caller_waits(services: Services, agent: AgentRef) -> None:
@@ -36,12 +37,12 @@ def after_cancelled(
 ) -> None:
     """A pending turn was cancelled: whatever was behind it may now be the head."""
     if is_submission:
-        services.dispatch.enqueue_drain(agent_id)
+        services.dispatch.enqueue_drain(agent_id, address)
     services.dispatch.wake_callers(address)
 
 
-def admitted(services: Services, admission: Admission) -> None:
+def admitted(services: Services, admission: Admission, address: str) -> None:
     """A submission was admitted at the head (or a duplicate still waits): nudge a worker."""
     waiting = not admission.accepted and admission.turn.status is Status.PENDING
     if admission.is_head or waiting:
-        services.dispatch.enqueue_drain(admission.turn.agent_id)
+        services.dispatch.enqueue_drain(admission.turn.agent_id, address)

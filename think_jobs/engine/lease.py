@@ -96,4 +96,6 @@ class Lease:
     def _lost(self, kind: str) -> LeaseLost:
         metrics.FENCED_WRITES.labels(kind).inc()
         self.valid_until = 0.0
-        return LeaseLost(f"the lease of agent {self.agent_id} was lost before a {kind} write")
+        return LeaseLost(
+            f"the agent's lease (agent row {self.agent_id}) was lost before a {kind} write"
+        )

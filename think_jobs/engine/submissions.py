@@ -88,7 +88,7 @@ def submit(services: Services, agent: AgentHooks, submission: Submission) -> Sub
     _observe(agent, admission)
     if admission.accepted:
         events.status_changed(agent, admission.turn, Status.PENDING)
-    handoff.admitted(services, admission)
+    handoff.admitted(services, admission, agent.address)
     return SubmitMessagesResult(
         **inspection_of(admission.turn).model_dump(), accepted=admission.accepted
     )

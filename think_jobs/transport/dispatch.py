@@ -35,8 +35,9 @@ class Dispatcher:
         self._keys = keys
         self._queue = queue
 
-    def enqueue_drain(self, agent_id: int) -> bool:
-        """Ask a worker to run the agent's next turn; False (logged) if the broker is down."""
+    def enqueue_drain(self, agent_id: int, address: str | None = None) -> bool:
+        """Ask a worker to run the agent's next turn; False (logged, naming ``address`` when
+        given: ``<type>:<name>``) if the broker is down."""
         try:
             self._celery().send_task(
                 DRAIN_TASK,
@@ -47,9 +48,8 @@ class Dispatcher:
                 retry_policy={**_RETRY_POLICY, "interval_max": 0.2},
             )
         except Exception as error:  # kombu raises several unrelated types when the broker is down
-            log.warning(
-                "could not enqueue work for agent %s (the sweeper will): %s", agent_id, error
-            )
+            agent = address or f"agent row {agent_id}"
+            log.warning("could not enqueue work for %s (the sweeper will): %s", agent, error)
             return False
         return True
 
