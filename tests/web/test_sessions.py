@@ -4,10 +4,14 @@ logged everyone out (the safe direction)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from tests.support.processes import think_jobs_command
 from tests.web.support import FULL_TOKEN, READ_TOKEN, csrf_from, log_in
 from think_jobs import ThinkJobs
 from web import sessions
@@ -65,6 +69,21 @@ def test_an_operator_logs_everyone_out(app: Flask, web_jobs: ThinkJobs) -> None:
     assert not can_read(first)
     assert not can_read(second)
     assert can_read(logged_in(app))
+
+
+def test_the_web_command_logs_everyone_out(app: Flask, settings_env: dict[str, str]) -> None:
+    first, second = logged_in(app), logged_in(app, READ_TOKEN)
+    ended = subprocess.run(
+        think_jobs_command("web", "--end-sessions"),
+        env={**os.environ, **settings_env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ended.returncode == 0, ended.stderr
+    assert ended.stdout.strip() == "2 admin sessions ended"
+    assert not can_read(first)
+    assert not can_read(second)
 
 
 def test_sessions_lost_with_redis_data_mean_everyone_is_logged_out(
