@@ -22,6 +22,7 @@ from tests.web.support import FULL, WEBHOOK_SECRET, agent_url
 from think_jobs import ThinkJobs
 from think_jobs.context import utcnow
 from think_jobs.db import conversation as conversation_ops
+from think_jobs.db.tables import turns
 from web import create_app
 from web.webhooks import signature
 
@@ -101,6 +102,30 @@ def test_an_unreadable_stored_message_is_a_409_naming_it_not_a_500(
     assert error["details"]["message_id"] == "old-1"
     assert error["details"]["position"] == 1
     assert "think-jobs messages remove|repair Recorder a old-1" in error["message"]
+
+
+def test_submission_metadata_stored_too_deep_before_the_limits_reads_back_as_a_note(
+    client: FlaskClient, web_jobs: ThinkJobs
+) -> None:
+    """Issue 15, case 2, for a row an older version stored: the listing and the detail answer
+    200 (with a note in place of the metadata), not a 500, and the row can be deleted."""
+    body = {"messages": [user("hi")], "submission_id": "s-old", "metadata": {"ok": True}}
+    assert client.post(SUBMISSIONS, headers=FULL, json=body).status_code == 202
+    with web_jobs.db.write() as conn:  # as a version without the limits left it
+        conn.execute(turns.update().values({turns.c.metadata: {"deep": nested(256)}}))
+    listed = client.get(SUBMISSIONS, headers=FULL)
+    assert listed.status_code == 200, listed.get_data(as_text=True)
+    [row] = listed.json["submissions"]  # type: ignore[index]
+    assert row["metadata"] == {
+        "unreadable_metadata": "nested 257 levels deep, more than 128 can be read back; "
+        "stored before the input limits: delete the submission"
+    }
+    detail = client.get(agent_url(rest="/submissions/s-old"), headers=FULL)
+    assert detail.status_code == 200
+    assert detail.json["metadata"] == row["metadata"]  # type: ignore[index]
+    one = agent_url(rest="/submissions/s-old")
+    assert client.post(one + "/cancel", headers=FULL).status_code == 200  # pending: cancelled
+    assert client.delete(one, headers=FULL).status_code == 204
 
 
 # -- 4: stream positions -----------------------------------------------------------------------

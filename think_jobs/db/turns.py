@@ -33,6 +33,7 @@ from think_jobs.db.tables import turns
 from think_jobs.domain import status as domain_status
 from think_jobs.domain.records import Ended, HeadBrief, NewTurn, TurnRecord
 from think_jobs.domain.status import Kind, Status
+from think_jobs.limits import MAX_JSON_DEPTH_CAP, json_depth
 
 ACTIVE = tuple(sorted(status.value for status in domain_status.ACTIVE))
 TERMINAL = tuple(sorted(status.value for status in domain_status.TERMINAL))
@@ -40,9 +41,24 @@ TERMINAL = tuple(sorted(status.value for status in domain_status.TERMINAL))
 
 def _record(row: Row[Any]) -> TurnRecord:
     values = row._mapping
-    return TurnRecord(
-        **{**values, "status": Status(values["status"]), "kind": Kind(values["kind"])}
+    status, kind = Status(values["status"]), Kind(values["kind"])
+    metadata = _readable_metadata(values["metadata"])
+    return TurnRecord(**{**values, "status": status, "kind": kind, "metadata": metadata})
+
+
+def _readable_metadata(metadata: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The stored metadata, or a note in its place when it is nested deeper than can be read
+    back (a row stored before the input limits): a listing must not fail over one old row."""
+    if not metadata:
+        return metadata
+    depth = json_depth(metadata)
+    if depth <= MAX_JSON_DEPTH_CAP:
+        return metadata
+    note = (
+        f"nested {depth} levels deep, more than {MAX_JSON_DEPTH_CAP} can be read back; "
+        "stored before the input limits: delete the submission"
     )
+    return {"unreadable_metadata": note}
 
 
 _INSERT_DEFAULTS: dict[str, Any] = {
