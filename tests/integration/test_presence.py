@@ -3,6 +3,7 @@ of a pending submission, and the unregistered-type log line once per type."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 
@@ -10,6 +11,7 @@ import pytest
 
 from tests.apps.agents import Recorder, Support
 from tests.support.builders import user, wait_for_status, wait_until
+from tests.support.processes import worker_processes
 from think_jobs import ThinkJobs
 from think_jobs.domain.records import Drained, Idle
 from think_jobs.engine import drain as worker_module
@@ -31,6 +33,26 @@ def test_a_running_worker_has_a_record_that_goes_with_it(
         assert record.agent_types == ["Support"]
         assert record.concurrency == 3
     assert jobs.live_workers() == []
+
+
+@pytest.mark.parametrize("pool", ["threads", "prefork"])
+def test_the_record_names_the_turn_running_in_any_pool(
+    make_jobs: Callable[..., ThinkJobs], settings_env: dict[str, str], pool: str
+) -> None:
+    """A prefork worker runs its tasks in child processes: the record still lists them."""
+    jobs = make_jobs()
+    agent = jobs.get_agent(Recorder, "busy")
+    slow = {"label": "slow", "text": "one two three four five six", "delay_s": 0.4}
+    result = agent.submit_messages([user(json.dumps(slow))])
+    env = {**settings_env, "THINK_JOBS_WORKER_HEARTBEAT_INTERVAL_S": "0.2"}
+
+    def running() -> list[tuple[str, str | None]]:
+        return [(task.task, task.agent) for w in jobs.live_workers() for task in w.running]
+
+    with worker_processes(env, count=1, concurrency=2, pool=pool):
+        assert wait_until(running) == [("think_jobs.drain", "Recorder:busy")]
+        wait_for_status(agent, result.submission_id, "completed")
+        wait_until(lambda: jobs.live_workers() and running() == [])
 
 
 def test_pending_without_any_worker_says_so(jobs: ThinkJobs) -> None:

@@ -1,9 +1,12 @@
 """A worker's (or beat's) presence heartbeat: a daemon thread rewriting its record in Redis
 (``think_jobs.transport.presence``) until stopped, then deleting it.
 
-``task_started``/``task_finished`` keep the "running" list from Celery's task signals; they
-only touch memory, the next beat publishes it (no Redis call on a task's path). A heartbeat
-that cannot reach Redis logs and tries again at the next interval; it never stops the worker.
+The "running" list is read at each beat from the requests Celery's worker process counts as
+active (``celery.worker.state.active_requests``, kept in the worker's main process for every
+pool: threads, and prefork too, whose tasks run in child processes where a task signal would
+never reach this thread). Nothing runs on a task's path; the agent an agent task is for is
+looked up once per agent row by the heartbeat thread. A heartbeat that cannot reach Redis logs
+and tries again at the next interval; it never stops the worker.
 """
 
 from __future__ import annotations
@@ -13,9 +16,12 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 import redis
@@ -50,10 +56,9 @@ class Heartbeat:
         self._identity = identity
         self._id = uuid.uuid4().hex
         self._started_at = utcnow()
-        self._running: dict[str, RunningTask] = {}
-        self._lock = threading.Lock()
+        self.requests: Callable[[], list[Any]] = list  # the tasks running now (none: beat)
+        self._addresses: dict[int, str] = {}  # agent row -> <type>:<name>
         self._stop = threading.Event()
-        self.detach: Callable[[], None] = _nothing
         self._thread = threading.Thread(target=self._loop, name="think-jobs-presence", daemon=True)
 
     def start(self) -> Heartbeat:
@@ -62,23 +67,32 @@ class Heartbeat:
 
     def stop(self) -> None:
         self._stop.set()
-        self.detach()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
         presence.remove(self._jobs.redis, self._jobs.keys, self._id)
 
-    def task_started(self, task_id: str, task: str, agent: str | None) -> None:
-        running = RunningTask(task=task, agent=agent, since=utcnow())
-        with self._lock:
-            self._running[task_id] = running
-
-    def task_finished(self, task_id: str) -> None:
-        with self._lock:
-            self._running.pop(task_id, None)
-
     def _running_now(self) -> list[RunningTask]:
-        with self._lock:
-            return sorted(self._running.values(), key=lambda task: task.since)
+        return sorted(
+            (self._running_task(request) for request in self.requests()),
+            key=lambda task: task.since,
+        )
+
+    def _running_task(self, request: Any) -> RunningTask:
+        name = str(request.name)
+        since = datetime.fromtimestamp(float(request.time_start or time.time()), UTC)
+        return RunningTask(task=name, agent=self._agent_of(name, request.args), since=since)
+
+    def _agent_of(self, task: str, args: Any) -> str | None:
+        """``<type>:<name>`` of the agent a drain or a schedule fire is for (None otherwise)."""
+        if task not in _AGENT_TASKS or not args or not isinstance(args[0], int):
+            return None
+        agent_id = args[0]
+        if agent_id not in self._addresses:
+            address = _address_of(self._jobs, agent_id)
+            if address is None:
+                return None  # not found now (the database out of reach?): asked again next beat
+            self._addresses[agent_id] = address
+        return self._addresses[agent_id]
 
     def record(self) -> WorkerRecord:
         identity = self._identity
@@ -123,7 +137,7 @@ def worker_heartbeat(jobs: ThinkJobs, controller: Any) -> Heartbeat:
         concurrency=_int_or_none(getattr(controller, "concurrency", None)),
     )
     heartbeat = Heartbeat(jobs, identity)
-    heartbeat.detach = _follow_tasks(controller.app, jobs, heartbeat)
+    heartbeat.requests = partial(_active_requests, controller.app)
     return heartbeat.start()
 
 
@@ -158,38 +172,16 @@ def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _nothing() -> None:
-    pass
+def _active_requests(app: Any) -> list[Any]:
+    """The requests of ``app`` this worker process runs now (any pool)."""
+    from celery.worker import state
+
+    return [r for r in list(state.active_requests) if getattr(r, "app", None) is app]
 
 
-def _follow_tasks(app: Any, jobs: ThinkJobs, heartbeat: Heartbeat) -> Callable[[], None]:
-    """Connect Celery's task signals to ``heartbeat``; returns what disconnects them."""
-    from celery import signals
-
-    def on_prerun(sender: Any = None, task_id: str = "", args: Any = (), **_: Any) -> None:
-        if getattr(sender, "app", None) is app:
-            heartbeat.task_started(task_id, str(sender.name), _agent_of(jobs, sender.name, args))
-
-    def on_postrun(sender: Any = None, task_id: str = "", **_: Any) -> None:
-        if getattr(sender, "app", None) is app:
-            heartbeat.task_finished(task_id)
-
-    signals.task_prerun.connect(on_prerun, weak=False)
-    signals.task_postrun.connect(on_postrun, weak=False)
-
-    def detach() -> None:
-        signals.task_prerun.disconnect(on_prerun)
-        signals.task_postrun.disconnect(on_postrun)
-
-    return detach
-
-
-def _agent_of(jobs: ThinkJobs, task: str, args: Any) -> str | None:
-    """``<type>:<name>`` of the agent a drain or a schedule fire is for (None otherwise)."""
-    if task not in _AGENT_TASKS or not args or not isinstance(args[0], int):
-        return None
+def _address_of(jobs: ThinkJobs, agent_id: int) -> str | None:
     try:
-        identity = jobs.identity_of(args[0])
+        identity = jobs.identity_of(agent_id)
     except ThinkJobsError:
         return None
     return None if identity is None else agent_address(*identity)
