@@ -142,3 +142,4 @@ def test_a_worker_sizes_its_stream_pool_from_its_concurrency(make_jobs: Any) -> 
     big: ThinkJobs = make_jobs()
     with worker(big, concurrency=120):
         assert big.clients.stream_connections == 120 + STREAM_HEADROOM
+        assert big.redis.connection_pool.max_connections == 120 + STREAM_HEADROOM

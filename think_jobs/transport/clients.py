@@ -1,19 +1,24 @@
-"""The Redis clients of one process.
+"""The Redis clients of one process, and how many connections each may open.
 
-``redis`` is the pooled client every command uses (a 10 s socket timeout). A turn's stream is
-written through the *stream pool*, whose commands time out after ``publish_timeout_s`` — a
-Redis that hangs delays a chunk that long (it is sent later, never dropped), never the lease,
-which only the database decides.
+``redis`` is the client of every other command and of stream readers' subscriptions (a 10 s
+socket timeout). A turn's stream is written through the *stream pool*, whose commands time out
+after ``publish_timeout_s`` — a Redis that hangs delays a chunk that long (it is sent later,
+never dropped), never the lease, which only the database decides.
 
-**The stream pool is bounded and sized.** Each running turn holds one connection of it for
-the whole turn (``turn_stream``; no pool round trip per chunk) and gives it back when the turn
-ends (``release``). Its size is ``stream_connections`` or, unset, the worker's concurrency plus
-``STREAM_HEADROOM`` (``size_for_concurrency``, called when a worker starts), so every slot of a
-worker has its connection. Should the pool run out all the same (a smaller configured size,
-turns run by callers outside the worker's slots), a turn waits up to ``publish_timeout_s`` for
-a connection and then writes through a shared client that takes a connection per command,
-each waiting up to that long: its chunks are late, never lost (the stream writer keeps what it
-could not send and sends it with the next chunk). Nothing connects until first used.
+**Both pools are bounded, and sized from the worker.** redis-py's default pool refuses the
+101st connection at once ("Too many connections"); ours are ``BlockingConnectionPool``s, where
+a command that finds every connection in use waits for one (2 s for ``redis``,
+``publish_timeout_s`` for streams). Each running turn holds one stream connection for the
+whole turn (``turn_stream``; no pool round trip per chunk) and gives it back at its end
+(``release``). The stream pool has ``stream_connections`` connections or, unset, the worker's
+concurrency plus ``STREAM_HEADROOM`` (``size_for_concurrency``, called when a worker starts;
+never fewer than 100), so every slot of a worker has its own. The pool never lends its last
+few (``_reserve``) for a whole turn: should every other one be held (a smaller configured
+size, turns run by blocking callers besides the worker's slots), further turns write through
+a shared client that takes one of those per command, waiting up to ``publish_timeout_s``;
+their chunks may come late, never lost (the stream writer keeps what it could not send and
+sends it with the next chunk), and it is counted (``think_jobs_stream_connection_waits``) and
+logged once. Nothing connects until first used.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import redis
-from redis import BlockingConnectionPool, Redis
+from redis import BlockingConnectionPool, ConnectionPool, Redis
 
 from think_jobs.errors import BrokerUnavailableError
 from think_jobs.observe import metrics
@@ -61,10 +66,11 @@ class RedisClients:
         self._publish_timeout_s = publish_timeout_s
         self._configured = stream_connections
         self._stream_size = stream_connections or DEFAULT_STREAM_CONNECTIONS
+        self._general_size = DEFAULT_STREAM_CONNECTIONS
         self._redis: Redis | None = None
         self._stream_pool: BlockingConnectionPool | None = None
         self._shared: Redis | None = None  # takes a stream connection per command
-        self._retired: list[BlockingConnectionPool] = []
+        self._retired: list[ConnectionPool] = []
         self._holding: set[int] = set()  # ids of the turn clients holding a connection
         self._connecting = 0
         self._warned = False
@@ -72,16 +78,24 @@ class RedisClients:
 
     @property
     def redis(self) -> Redis:
+        """The client of every other command (and of stream readers' subscriptions): a
+        bounded pool of the stream pool's size, a command waiting up to 2 s for a free
+        connection (redis-py's default pool refuses at once: "Too many connections")."""
         if self._redis is None:
             with self._lock:
                 if self._redis is None:
-                    self._redis = Redis.from_url(
-                        self._url,
-                        socket_connect_timeout=2,
-                        socket_timeout=10,
-                        health_check_interval=30,
-                    )
+                    self._redis = Redis(connection_pool=self._general_pool())
         return self._redis
+
+    def _general_pool(self) -> BlockingConnectionPool:
+        return BlockingConnectionPool.from_url(
+            self._url,
+            max_connections=self._general_size,
+            timeout=2,
+            socket_connect_timeout=2,
+            socket_timeout=10,
+            health_check_interval=30,
+        )
 
     def ping(self) -> None:
         """Raises ``BrokerUnavailableError`` unless Redis answers now."""
@@ -96,16 +110,20 @@ class RedisClients:
         return self._stream_size
 
     def size_for_concurrency(self, concurrency: int) -> None:
-        """A worker with ``concurrency`` slots starts in this process: unless a size was
-        configured, the stream pool grows to one connection per slot plus headroom."""
+        """A worker with ``concurrency`` slots starts in this process: both pools grow to one
+        connection per slot plus headroom (the stream pool only if no size was configured)."""
         wanted = concurrency + STREAM_HEADROOM
-        if self._configured is not None or wanted <= self._stream_size:
-            return
         with self._lock:
-            self._stream_size = wanted
-            if self._stream_pool is not None:  # turns holding its connections give them back
-                self._retired.append(self._stream_pool)
-                self._stream_pool = self._shared = None
+            if wanted > self._general_size:
+                self._general_size = wanted
+                if self._redis is not None:  # what was made with the old client keeps its bound
+                    self._retired.append(self._redis.connection_pool)
+                    self._redis = None
+            if self._configured is None and wanted > self._stream_size:
+                self._stream_size = wanted
+                if self._stream_pool is not None:  # turns holding one give it back there
+                    self._retired.append(self._stream_pool)
+                    self._stream_pool = self._shared = None
 
     @property
     def stream(self) -> Redis:
