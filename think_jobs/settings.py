@@ -118,7 +118,11 @@ class Settings(BaseSettings):
         description="Tool-loop steps per turn (an agent class's `max_steps` overrides it).",
     )
     db_pool_size: int = Field(
-        7, ge=1, description="SQLAlchemy pool size: the worker's concurrency + 2."
+        7,
+        ge=1,
+        description="SQLAlchemy pool size (as many again may overflow): the worker's "
+        "concurrency + 2 for short turns. A turn waiting on its model holds no connection, so "
+        "a worker of hundreds of slow LLM turns needs no more than the default.",
     )
 
     api_tokens: TokenList = Field(

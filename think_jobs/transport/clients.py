@@ -79,8 +79,9 @@ class RedisClients:
     @property
     def redis(self) -> Redis:
         """The client of every other command (and of stream readers' subscriptions): a
-        bounded pool of the stream pool's size, a command waiting up to 2 s for a free
-        connection (redis-py's default pool refuses at once: "Too many connections")."""
+        bounded pool of the worker's concurrency + ``STREAM_HEADROOM`` connections (at least
+        100), a command waiting up to 2 s for a free one (redis-py's default pool of 100
+        refuses the next at once: "Too many connections")."""
         if self._redis is None:
             with self._lock:
                 if self._redis is None:
@@ -214,10 +215,9 @@ class RedisClients:
         self._connecting = 0
 
     def close(self) -> None:
-        if self._redis is not None:
-            self._redis.close()
-            self._redis = None
-        for pool in [*self._retired, self._stream_pool]:
+        general = None if self._redis is None else self._redis.connection_pool
+        self._redis = None
+        for pool in [*self._retired, general, self._stream_pool]:
             if pool is not None:
                 pool.disconnect()
         self._stream_pool = self._shared = None
