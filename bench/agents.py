@@ -24,6 +24,7 @@ PING_TASK = "bench.ping"
 MARK_TASK = "bench.mark"
 NOOP_TASK = "bench.noop"
 PUBLISH_TASK = "bench.publish"
+TOKENS_TASK = "bench.tokens"
 STREAM_CHUNK_CHARS = 4
 _DONE_TTL_S = 600
 
@@ -117,7 +118,26 @@ class LongStream(Think):
         return ScriptedModel(long_reply)
 
 
-AGENT_CLASSES: tuple[type[Think], ...] = (OneChunk, Ordered, LongStream)
+SLOW_TOKENS = 50
+SLOW_TOKEN_DELAY_S = 0.05  # 20 tokens/s: a turn streams for ~2.5 s
+
+
+def slow_reply(request: ModelRequest) -> Reply:
+    """``SLOW_TOKENS`` words, one every ``SLOW_TOKEN_DELAY_S``: an LLM streaming at 20 tokens/s."""
+    return Reply(text="tok " * SLOW_TOKENS, delay_s=SLOW_TOKEN_DELAY_S)
+
+
+class SlowTokens(Think):
+    """One slow turn that streams like a real model (capacity); counts itself finished."""
+
+    def get_model(self) -> ScriptedModel:
+        return ScriptedModel(slow_reply)
+
+    def on_chat_response(self, result: ChatResponseResult) -> None:
+        mark_finished(self.jobs)
+
+
+AGENT_CLASSES: tuple[type[Think], ...] = (OneChunk, Ordered, LongStream, SlowTokens)
 
 
 def register_bare_tasks(app: Celery, jobs: ThinkJobs) -> None:
@@ -141,6 +161,21 @@ def register_bare_tasks(app: Celery, jobs: ThinkJobs) -> None:
         client = jobs.redis
         for payload in client.lrange(source_key, 0, -1):
             client.publish(channel, payload)
+
+    register_capacity_task(app, jobs)
+
+
+def register_capacity_task(app: Celery, jobs: ThinkJobs) -> None:
+    """The bare reference of a slow turn: a task that PUBLISHes the same tokens at the same
+    pace on the client (and pool) a turn's stream uses, then counts itself finished."""
+
+    @app.task(name=TOKENS_TASK, ignore_result=True, shared=False)  # type: ignore[untyped-decorator]
+    def tokens(channel: str) -> None:
+        client = jobs.clients.stream
+        for seq in range(SLOW_TOKENS):
+            time.sleep(SLOW_TOKEN_DELAY_S)
+            client.publish(channel, f'{{"seq":{seq},"delta":"tok "}}')
+        mark_finished(jobs)
 
 
 def mark_ready(jobs: ThinkJobs) -> None:

@@ -22,7 +22,7 @@ from bench import report
 from bench.report import Figure
 from bench.services import ROOT, exit_cleanly_on_sigterm
 
-BENCHMARKS = ("accept", "turn_overhead", "fifo_throughput", "stream", "scale")
+BENCHMARKS = ("accept", "turn_overhead", "fifo_throughput", "stream", "scale", "capacity")
 DOCS = ROOT / "docs" / "benchmarks.md"
 
 

@@ -58,7 +58,9 @@ class ThinkJobs:
         self.db = Database(self.settings.database_url, pool_size=self.settings.db_pool_size)
         self.keys = Keys(self.settings.key_prefix)
         self.clients = RedisClients(
-            self.settings.redis_url, publish_timeout_s=self.settings.broker_publish_timeout_s
+            self.settings.redis_url,
+            publish_timeout_s=self.settings.broker_publish_timeout_s,
+            stream_connections=self.settings.redis_stream_connections,
         )
         self.dispatch = Dispatcher(
             lambda: self.celery, self.clients, self.keys, queue=self.settings.queue

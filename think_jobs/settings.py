@@ -80,6 +80,14 @@ class Settings(BaseSettings):
         "tried again later (its chunks are kept, never dropped), and how long a turn's end "
         "keeps trying before readers rebuild the end from the database.",
     )
+    redis_stream_connections: int | None = Field(
+        None,
+        ge=1,
+        description="Redis connections a process writes turns' streams with. A running turn "
+        "holds one; once all but a few are held, further turns share those few a command at "
+        "a time, each write waiting up to `broker_publish_timeout_s` (chunks come late, never "
+        "lost). Unset: a worker's concurrency + 8, at least 100.",
+    )
 
     max_messages_per_submission: int = Field(
         100, ge=1, description="Most messages one submission may carry."
@@ -110,7 +118,11 @@ class Settings(BaseSettings):
         description="Tool-loop steps per turn (an agent class's `max_steps` overrides it).",
     )
     db_pool_size: int = Field(
-        7, ge=1, description="SQLAlchemy pool size: the worker's concurrency + 2."
+        7,
+        ge=1,
+        description="SQLAlchemy pool size (as many again may overflow): the worker's "
+        "concurrency + 2 for short turns. A turn waiting on its model holds no connection, so "
+        "a worker of hundreds of slow LLM turns needs no more than the default.",
     )
 
     api_tokens: TokenList = Field(

@@ -34,8 +34,16 @@ def main() -> None:
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @app_option
-@click.option("--concurrency", "-c", type=click.IntRange(min=1), default=None, help="Slots.")
-@click.option("--pool", "-P", default="threads", show_default=True, help="Celery pool.")
+@click.option(
+    "--concurrency",
+    "-c",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Turns at once (LLM turns mostly wait: up to ~100 per process on 2 cores).",
+)
+@click.option(
+    "--pool", "-P", default="threads", show_default=True, help="Celery pool (threads: LLM turns)."
+)
 @click.option("--loglevel", "-l", default=None, help="Default: $THINK_JOBS_LOG_LEVEL (INFO).")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), default=None, help="/metrics.")
 @click.pass_context

@@ -184,6 +184,7 @@ def run_and_release(
             result = run.perform()
     finally:
         tools.watch.close()
+        services.clients.release(tools.writer.client)  # the turn's stream connection
     return Ran(result, run.finish_release(), run.following)
 
 
@@ -193,7 +194,7 @@ def _tools(
     turn = claim.turn
     ref = StreamRef(agent.address, turn.request_id, turn.id)
     writer = StreamWriter(
-        services.clients.stream,
+        services.clients.turn_stream(),  # held until the attempt ends (``run_and_release``)
         services.keys,
         ref,
         epoch=turn.attempt,

@@ -72,6 +72,11 @@ STREAMS_INCOMPLETE = Counter(
     "Turn streams left without their end because Redis could not be reached in time "
     "(readers rebuild them from the database).",
 )
+STREAM_CONNECTION_WAITS = Counter(
+    "think_jobs_stream_connection_waits",
+    "Turns that found every stream connection of their process held and wrote their stream "
+    "through the shared ones, a command at a time (raise redis_stream_connections).",
+)
 FENCED_WRITES = Counter(
     "think_jobs_fenced_writes",
     "Writes refused because the attempt making them had lost its turn to a newer one.",

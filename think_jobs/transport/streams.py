@@ -205,7 +205,7 @@ class StreamWriter:
         may_send: Callable[[], bool] = lambda: True,
         done_timeout_s: float = 2.0,
     ) -> None:
-        self._client = client
+        self.client = client
         self._names = _Keys.of(keys, ref)
         self._head = _head(ref, epoch)
         self.ref = ref
@@ -229,7 +229,7 @@ class StreamWriter:
         """Become the stream's owner and learn what it holds; False if Redis is unreachable
         (the writer tries again before its first send) or the stream is not ours."""
         try:
-            script = self._client.register_script(_TAKE_OVER_LUA)
+            script = self.client.register_script(_TAKE_OVER_LUA)
             keys = [self._names.buffer, self._names.state]
             outcome, events = script(keys=keys, args=[self.epoch, self._ttl_s])
         except redis.RedisError as error:
@@ -317,7 +317,7 @@ class StreamWriter:
     def _send(self, events: list[str], expected: int, *, seal: bool) -> _Sent:
         ttl_s = 0 if self._expiry_set else self._ttl_s
         sent = _append(
-            self._client, self._names, events, epoch=self.epoch, expected=expected,
+            self.client, self._names, events, epoch=self.epoch, expected=expected,
             ttl_s=ttl_s, seal=seal,
         )  # fmt: skip
         self.revoked = sent.revoked or self.revoked

@@ -53,15 +53,21 @@ def create_celery_app(jobs: ThinkJobs) -> Celery:
 
 
 def _connect_lifecycle(app: Celery, jobs: ThinkJobs) -> None:
-    """Prefork children drop inherited connections; a ``celery worker`` runs the sweeper and
-    its presence heartbeat; logging follows ``log_level``/``log_json`` (``observe.logs``)."""
+    """Prefork children drop inherited connections; a ``celery worker`` sizes the stream pool
+    from its concurrency and runs the sweeper and its presence heartbeat; logging follows
+    ``log_level``/``log_json`` (``observe.logs``)."""
     running: list[Sweeper | presence.Heartbeat] = []
 
     def on_process_init(**_: Any) -> None:
         jobs.after_fork()
 
+    def on_init(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is app:
+            _size_stream_pool(jobs, sender)
+
     def on_ready(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is app and not running:
+            _size_stream_pool(jobs, sender.controller)  # concurrency "auto" is known by now
             running.append(Sweeper(jobs.services).start())
             running.append(presence.worker_heartbeat(jobs, sender.controller))
 
@@ -72,8 +78,16 @@ def _connect_lifecycle(app: Celery, jobs: ThinkJobs) -> None:
 
     _connect_logging(app, jobs)
     signals.worker_process_init.connect(on_process_init, weak=False)
+    signals.worker_init.connect(on_init, weak=False)
     signals.worker_ready.connect(on_ready, weak=False)
     signals.worker_shutdown.connect(on_shutdown, weak=False)
+
+
+def _size_stream_pool(jobs: ThinkJobs, controller: Any) -> None:
+    """One stream connection per slot of the worker (``RedisClients.size_for_concurrency``)."""
+    concurrency = getattr(controller, "concurrency", None)
+    if isinstance(concurrency, int) and concurrency > 0:
+        jobs.clients.size_for_concurrency(concurrency)
 
 
 def _connect_logging(app: Celery, jobs: ThinkJobs) -> None:
