@@ -197,7 +197,8 @@ def test_errors_from_several_messages_are_all_reported() -> None:
         (
             {"type": "tool-x", "toolCallId": "c", "state": "done"},
             "message.parts[0].state: Input should be 'input-streaming', 'input-available', "
-            "'output-available' or 'output-error'",
+            "'approval-requested', 'approval-responded', 'output-available', 'output-error' or "
+            "'output-denied'",
         ),
         (
             {"type": "tool-x", "toolCallId": "c", "state": "input-available", "preliminary": "yes"},

@@ -110,7 +110,9 @@ def _head_query(*columns: Any, agent_param: str = "agent_id") -> Select[Any]:
 
 
 _HEAD = _head_query(*turns.c)
-_HEAD_BRIEF = _head_query(turns.c.seq, turns.c.kind, turns.c.status, turns.c.messages_applied)
+_HEAD_BRIEF = _head_query(
+    turns.c.seq, turns.c.kind, turns.c.status, turns.c.messages_applied, turns.c.awaiting_approval
+)
 
 
 def _insert_statement() -> Any:
@@ -164,6 +166,8 @@ _NEW_TURN_COLUMNS = (
     "body",
     "continuation",
     "trace_context",
+    "assistant_message_id",
+    "awaiting_approval",
 )
 
 
@@ -187,7 +191,8 @@ def head_brief(conn: Connection, agent_id: int) -> HeadBrief | None:
     row = conn.execute(_HEAD_BRIEF, {"agent_id": agent_id}).one_or_none()
     if row is None:
         return None
-    return HeadBrief(row.seq, Kind(row.kind), Status(row.status), row.messages_applied)
+    kind, status = Kind(row.kind), Status(row.status)
+    return HeadBrief(row.seq, kind, status, row.messages_applied, row.awaiting_approval)
 
 
 def replace_record(turn: TurnRecord, **changes: Any) -> TurnRecord:
@@ -247,6 +252,7 @@ def _start_fresh_head_statement() -> Any:
             turns.c.status == Status.PENDING,
             turns.c.kind == Kind.SUBMISSION,
             turns.c.messages_applied.is_(False),
+            turns.c.awaiting_approval.is_(False),
         )
         .values(
             status=Status.RUNNING,
@@ -274,6 +280,26 @@ def start_fresh_head(
     values = {"head_of": agent_id, "new_message_id": assistant_message_id}
     row = conn.execute(_START_FRESH_HEAD, values).one_or_none()
     return None if row is None else _record(row)
+
+
+def give_up_place(conn: Connection, turn: TurnRecord) -> None:
+    """A finished turn hands its number in the agent's line to its continuation (admitted
+    next with ``turn.seq``): it keeps the number negated, which no active turn has."""
+    conn.execute(update(turns).where(turns.c.id == turn.id).values(seq=-turn.seq))
+
+
+def stop_awaiting(conn: Connection, turn_id: int) -> bool:
+    """The continuation's approvals are all answered: it may run (False: it was not waiting)."""
+    statement = (
+        update(turns)
+        .where(
+            turns.c.id == turn_id,
+            turns.c.status == Status.PENDING,
+            turns.c.awaiting_approval.is_(True),
+        )
+        .values(awaiting_approval=False)
+    )
+    return conn.execute(statement).rowcount == 1
 
 
 def mark_messages_applied(conn: Connection, turn_id: int) -> None:
