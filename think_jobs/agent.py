@@ -205,6 +205,10 @@ class Think:
         approved, denied, expired, cancelled)."""
         return approvals.list_for(self._services, self, status)
 
+    def get_approval(self, approval_id: str) -> Approval | None:
+        """One tool approval of this agent, or None."""
+        return approvals.get(self._services, self, approval_id)
+
     def respond_to_approval(
         self, approval_id: str, approved: bool, reason: str | None = None
     ) -> Approval:

@@ -7,7 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from think_jobs.domain.status import TERMINAL, ApprovalStatus, FinalStatus, Status
+from think_jobs.domain.status import TERMINAL, FinalStatus, Status
+from think_jobs.domain.status import ApprovalStatus as ApprovalStatus
 from think_jobs.messages import UIMessage
 
 SubmissionStatus = Status  # the public name of the one status enum (think_jobs.domain.status)

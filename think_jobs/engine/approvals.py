@@ -48,6 +48,7 @@ __all__ = [
     "answers_for",
     "cancel_for_turns",
     "expire_overdue",
+    "get",
     "hold_place",
     "list_for",
     "respond",
@@ -95,6 +96,14 @@ def list_for(
         return []
     with services.db.read() as conn:
         return approval_ops.list_approvals(conn, agent_id, statuses=statuses, limit=_LIST_LIMIT)
+
+
+def get(services: Services, agent: AgentHooks, approval_id: str) -> Approval | None:
+    agent_id = services.agents.agent_id_of(agent, create=False)
+    if agent_id is None:
+        return None
+    with services.db.read() as conn:
+        return approval_ops.get_approval(conn, agent_id, approval_id)
 
 
 def _statuses(status: str | Iterable[str] | None) -> list[str] | None:
