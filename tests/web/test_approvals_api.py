@@ -12,7 +12,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.support.builders import user, wait_for_status, wait_until
-from tests.web.support import FULL, FULL_TOKEN, READ, csrf_from, log_in, read_all
+from tests.web.support import FULL, FULL_TOKEN, READ, READ_TOKEN, csrf_from, log_in, read_all
 from think_jobs import Approval, Think, ThinkJobs, tool
 from think_jobs.models import Reply, ScriptedModel, ToolCall
 from think_jobs.testing import worker
@@ -148,3 +148,28 @@ def test_the_chat_transport_carries_the_sdk_approval_flow(
     retried = client.post(CHAT, headers=FULL, json=payload)  # a retried POST runs nothing new
     assert retried.status_code == 200 and RAN == [7]
     retried.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_the_admin_detail_page_approves_and_denies(app: Flask, web_jobs: ThinkJobs) -> None:
+    client = app.test_client()
+    agent = web_jobs.get_agent(WebPayer, "d")
+    first = agent.submit_messages([user("pay")])
+    page_url = f"/admin/agents/WebPayer/d/requests/{first.submission_id}"
+    with worker(web_jobs):
+        approval = pending(agent)
+        log_in(client, READ_TOKEN)  # read scope: the page shows the approval, no buttons
+        shown = client.get(page_url).get_data(as_text=True)
+        assert f'data-approval="{approval.approval_id}"' in shown and ">Approve<" not in shown
+        client.post("/admin/logout", data={"csrf_token": csrf_from(shown)})
+        log_in(client, FULL_TOKEN)
+        page = client.get(page_url).get_data(as_text=True)
+        assert ">Approve<" in page and ">Deny<" in page and approval.continuation_id in page
+        action = f"/admin/agents/WebPayer/d/approvals/{approval.approval_id}/approve"
+        assert client.post(action, data={}).status_code == 403  # no CSRF token
+        done = client.post(action, data={"csrf_token": csrf_from(page)})
+        assert done.status_code == 302 and done.headers["Location"].endswith(page_url)
+        wait_for_status(agent, approval.continuation_id, "completed")
+        after = client.get(page_url).get_data(as_text=True)
+    assert "approved from the admin page" in after and ">Approve<" not in after
+    assert RAN == [7]
