@@ -5,6 +5,7 @@ Redis, SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,6 +16,7 @@ from tests.support.builders import texts, user, wait_for_status, wait_until
 from think_jobs import (
     Approval,
     InvalidInputError,
+    StreamCallback,
     Think,
     ThinkJobs,
     UnknownApprovalError,
@@ -286,3 +288,140 @@ def _fenced_writes() -> float:
         for sample in family.samples
         if sample.name.endswith("_total")
     )
+
+
+class TwoCalls(Payer):
+    script = [
+        Reply(
+            tool_calls=[
+                ToolCall("pay", {"amount": 1}, id="one"),
+                ToolCall("pay", {"amount": 2}, id="two"),
+            ],
+            then=Reply("both answered"),
+        )
+    ]
+
+
+def test_two_calls_in_one_step_wait_for_both_answers(jobs: ThinkJobs) -> None:
+    agent = jobs.get_agent(TwoCalls, "a")
+    agent.submit_messages([user("pay twice")])
+    with worker(jobs):
+        first, second = wait_until(lambda: _two_pending(agent))
+        assert {first.tool_call_id, second.tool_call_id} == {"one", "two"}
+        assert first.continuation_id == second.continuation_id
+        agent.respond_to_approval(first.approval_id, True)
+        waiting = agent.inspect_submission(first.continuation_id)
+        assert waiting is not None and waiting.status == "pending"
+        assert second.approval_id in (waiting.waiting_reason or "")
+        agent.respond_to_approval(second.approval_id, False, "once is enough")
+        wait_for_status(agent, first.continuation_id, "completed")
+    reply = agent.get_messages()[-1]
+    by_id = {first.tool_call_id: True, second.tool_call_id: False}
+    states = {cid: tool_part(reply, cid).state for cid in by_id}
+    assert states == {
+        cid: ("output-available" if ok else "output-denied") for cid, ok in by_id.items()
+    }
+    assert [{"amount": 1 if first.tool_call_id == "one" else 2}] == RAN
+
+
+class Chained(Payer):
+    script = [
+        Reply(
+            tool_calls=[ToolCall("pay", {"amount": 1}, id="first")],
+            then=Reply(
+                tool_calls=[ToolCall("pay", {"amount": 2}, id="second")], then=Reply("all paid")
+            ),
+        ),
+        "later",
+    ]
+
+
+def test_a_continuation_may_ask_again_and_the_line_still_waits(jobs: ThinkJobs) -> None:
+    agent = jobs.get_agent(Chained, "a")
+    agent.submit_messages([user("pay in two steps")])
+    with worker(jobs):
+        one = asked(agent)
+        later = agent.submit_messages([user("after that")])
+        agent.respond_to_approval(one.approval_id, True)
+        wait_for_status(agent, one.continuation_id, "completed")
+        two = asked(agent)
+        assert two.tool_call_id == "second" and two.request_id == one.continuation_id
+        assert agent.inspect_submission(later.submission_id).status == "pending"  # type: ignore[union-attr]
+        agent.respond_to_approval(two.approval_id, True)
+        wait_for_status(agent, later.submission_id, "completed")
+    assert RAN == [{"amount": 1}, {"amount": 2}]
+    assert texts(agent) == [
+        ("user", "pay in two steps"),
+        ("assistant", "all paid"),
+        ("user", "after that"),
+        ("assistant", "later"),
+    ]
+    steps = [p.type for p in agent.get_messages()[1].parts if p.type == "step-start"]
+    assert len(steps) == 3  # one reply, three model steps
+
+
+def test_a_blocking_chat_that_asks_returns_and_a_worker_continues(jobs: ThinkJobs) -> None:
+    agent = jobs.get_agent(Payer, "a")
+    seen: list[str] = []
+    agent.chat("pay now", StreamCallback(on_event=lambda c: seen.append(json.loads(c)["type"])))
+    assert "tool-approval-request" in seen and RAN == []
+    approval = asked(agent)
+    agent.respond_to_approval(approval.approval_id, True)
+    with worker(jobs):
+        wait_for_status(agent, approval.continuation_id, "completed")
+    assert RAN == [{"amount": 500}] and texts(agent)[-1] == ("assistant", "paid?")
+
+
+def test_reset_cancels_the_approvals_of_what_it_skips(jobs: ThinkJobs) -> None:
+    agent = jobs.get_agent(Payer, "a")
+    agent.submit_messages([user("pay")])
+    with worker(jobs):
+        approval = asked(agent)
+        agent.reset_turn_state()
+        (closed,) = agent.list_approvals()
+    assert closed.status == "cancelled"
+    skipped = agent.inspect_submission(approval.continuation_id)
+    assert skipped is not None and skipped.status == "skipped"
+    assert tool_part(agent.get_messages()[-1], "call-1").state == "output-denied"
+
+
+def _two_pending(agent: Think) -> list[Approval]:
+    found = agent.list_approvals("pending")
+    return found if len(found) == 2 else []
+
+
+STALLS: list[int] = []  # the steps that stalled once
+
+
+class StallsOnce(Payer):
+    """After the approved tool ran, the model stalls once: recovery must rebuild the reply
+    from the stored one it extends plus its stream, and not run the tool again."""
+
+    stall_timeout_s = 1.0
+
+    def get_model(self) -> ScriptedModel:
+        return ScriptedModel(self._reply)
+
+    def _reply(self, request: Any) -> Reply:
+        rest = Reply(text="and the rest")  # the step after the one that stalled
+        if request.step == 1 and not STALLS:
+            STALLS.append(1)
+        after = Reply(text="half of the answer", stall_after=2, then=rest)
+        return Reply(tool_calls=[ToolCall("pay", {"amount": 9}, id="p")], then=after)
+
+
+def test_a_continuation_recovers_from_its_stream_without_running_the_tool_twice(
+    jobs: ThinkJobs,
+) -> None:
+    STALLS.clear()
+    agent = jobs.get_agent(StallsOnce, "a")
+    agent.submit_messages([user("pay")])
+    with worker(jobs):
+        approval = asked(agent)
+        agent.respond_to_approval(approval.approval_id, True)
+        done = wait_for_status(agent, approval.continuation_id, "completed")
+    assert done.attempt == 2 and STALLS == [1]
+    assert RAN == [{"amount": 9}]
+    reply = agent.get_messages()[-1]
+    assert tool_part(reply, "p").state == "output-available"
+    assert texts(agent)[-1] == ("assistant", "half of and the rest")  # no step twice

@@ -47,7 +47,7 @@ def test_from_an_empty_database(empty_url: str) -> None:
     assert {"approval_id", "continuation_id", "status", "decided_at"} <= _columns(
         empty_url, "think_approvals"
     )
-    assert "awaiting_approval" in _columns(empty_url, "think_turns")
+    assert {"awaiting_approval", "extends"} <= _columns(empty_url, "think_turns")
 
 
 def test_from_revision_0005_with_a_turn_stored(empty_url: str) -> None:

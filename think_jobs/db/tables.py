@@ -118,6 +118,7 @@ class TurnRow(Base):
     followup: Mapped[dict[str, Any] | None]
     followup_due_at: Mapped[datetime | None]
     awaiting_approval: Mapped[bool] = mapped_column(Boolean, default=False)
+    extends: Mapped[dict[str, Any] | None]
 
 
 class MessageRow(Base):

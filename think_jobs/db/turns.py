@@ -58,6 +58,7 @@ _INSERT_DEFAULTS: dict[str, Any] = {
     "error": None,
     "assistant_message_id": None,
     "trace_context": None,
+    "extends": None,
     "started_at": None,
     "completed_at": None,
 }
@@ -168,6 +169,7 @@ _NEW_TURN_COLUMNS = (
     "trace_context",
     "assistant_message_id",
     "awaiting_approval",
+    "extends",
 )
 
 
@@ -284,8 +286,9 @@ def start_fresh_head(
 
 def give_up_place(conn: Connection, turn: TurnRecord) -> None:
     """A finished turn hands its number in the agent's line to its continuation (admitted
-    next with ``turn.seq``): it keeps the number negated, which no active turn has."""
-    conn.execute(update(turns).where(turns.c.id == turn.id).values(seq=-turn.seq))
+    next with ``turn.seq``): it takes its row id, negated, instead (unique, and below every
+    number the line hands out; a chain of continuations gives up the same number in turn)."""
+    conn.execute(update(turns).where(turns.c.id == turn.id).values(seq=-turn.id))
 
 
 def stop_awaiting(conn: Connection, turn_id: int) -> bool:

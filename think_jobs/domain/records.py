@@ -53,6 +53,7 @@ class TurnRecord:
     followup: dict[str, Any] | None = None
     followup_due_at: datetime | None = None
     awaiting_approval: bool = False  # a continuation holding its place until approvals close
+    extends: dict[str, Any] | None = None  # the reply an approval continuation extends
 
     @property
     def is_submission(self) -> bool:
@@ -80,6 +81,7 @@ class NewTurn:
     trace_context: dict[str, Any] | None = None
     assistant_message_id: str | None = None  # a continuation extends this reply
     awaiting_approval: bool = False
+    extends: dict[str, Any] | None = None  # that reply as the turn that asked stored it
 
 
 @dataclass(frozen=True)

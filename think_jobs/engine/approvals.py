@@ -58,9 +58,11 @@ __all__ = [
 # -- asking (inside the asking turn's final write) ---------------------------------------------
 
 
-def hold_place(conn: Connection, turn: TurnRecord, asked: Sequence[ApprovalAsked]) -> TurnRecord:
-    """Store ``asked`` and admit the continuation in ``turn``'s place (``conn``: the turn's
-    fenced final write, which just ended it); returns the continuation."""
+def hold_place(
+    conn: Connection, turn: TurnRecord, asked: Sequence[ApprovalAsked], reply: UIMessage
+) -> TurnRecord:
+    """Store ``asked`` and admit the continuation of ``reply`` in ``turn``'s place (``conn``:
+    the turn's fenced final write, which just ended it); returns the continuation."""
     turn_ops.give_up_place(conn, turn)
     new = NewTurn(
         request_id=f"continue-{asked[0].approval_id}",
@@ -71,6 +73,7 @@ def hold_place(conn: Connection, turn: TurnRecord, asked: Sequence[ApprovalAsked
         trace_context=turn.trace_context,
         assistant_message_id=turn.assistant_message_id,
         awaiting_approval=True,
+        extends=reply.to_wire(),
     )
     continuation = turn_ops.insert_turn(conn, agent_id=turn.agent_id, seq=turn.seq, new=new).turn
     approval_ops.insert_approvals(
@@ -183,6 +186,13 @@ def _released_continuation(conn: Connection, continuation_turn_id: int) -> TurnR
     if not turn_ops.stop_awaiting(conn, continuation_turn_id):
         return None
     return turn_ops.get_turn_by_id(conn, continuation_turn_id)
+
+
+def extended(turn: TurnRecord) -> UIMessage | None:
+    """The reply an approval continuation extends, as the turn that asked stored it."""
+    if turn.extends is None:
+        return None
+    return UIMessage.model_validate(turn.extends)
 
 
 def answers_for(services: Services, continuation: TurnRecord) -> list[ApprovalAnswer]:

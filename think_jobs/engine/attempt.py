@@ -179,10 +179,9 @@ class Attempt:
         """A continuation of a turn that stopped at tool calls needing approval: the reply it
         extends, and the answers the model loop applies before the model goes on."""
         own_id = self.turn.assistant_message_id
-        stored = next((m for m in history if m.id == own_id), None)
         self.answers = approvals.answers_for(self.services, self.turn)
         context = self._context([m for m in history if m.id != own_id])
-        return self._run_with_hooks(context, self._assembler(stored))
+        return self._run_with_hooks(context, self._assembler(approvals.extended(self.turn)))
 
     def _run_with_hooks(self, context: TurnContext, assembler: MessageAssembler) -> Ending:
         try:
@@ -203,8 +202,9 @@ class Attempt:
         """Continue after an attempt that died or stalled (messages were applied)."""
         own_id = self.turn.assistant_message_id
         stored = next((m for m in history if m.id == own_id), None)
-        recovered = continuation.recover(self.turn, self.writer.prefix, stored)
-        if self.turn.trigger == approvals.APPROVAL_TRIGGER:  # answers not applied yet apply now
+        seed = approvals.extended(self.turn)  # an approval continuation's stream extends it
+        recovered = continuation.recover(self.turn, self.writer.prefix, stored, seed=seed)
+        if seed is not None:  # answers not applied yet apply now
             self.answers = approvals.answers_for(self.services, self.turn)
         metrics.RECOVERIES.labels(self.agent.agent_type, "continuation").inc()
         self._store_recovered(recovered)

@@ -270,7 +270,8 @@ class _Run:
             if outcome.has_content:
                 store_reply(conn, turn, outcome.message, self.tools.lease)
             if outcome.asked and ended is not None:
-                self.continuation = approvals.hold_place(conn, turn, outcome.asked)
+                asked, reply = outcome.asked, outcome.message
+                self.continuation = approvals.hold_place(conn, turn, asked, reply)
             if self.release_with_final:
                 self.released = Released(turn_ops.head_brief(conn, turn.agent_id))
             if self.claim_with_final:

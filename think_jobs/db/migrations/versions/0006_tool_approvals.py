@@ -1,5 +1,6 @@
 """Tool calls that wait for a human: ``think_approvals``, and the continuation turn that holds
-the agent's place in line until they are answered (``think_turns.awaiting_approval``).
+the agent's place in line until they are answered (``think_turns.awaiting_approval``) with the
+reply it extends (``think_turns.extends``).
 
 Revision ID: 0006
 Revises: 0005
@@ -24,6 +25,7 @@ def upgrade() -> None:
         batch.add_column(
             sa.Column("awaiting_approval", sa.Boolean(), nullable=False, server_default=sa.false())
         )
+        batch.add_column(sa.Column("extends", sa.JSON()))
     op.create_table(
         "think_approvals",
         sa.Column("id", _ID, primary_key=True, autoincrement=True),
@@ -58,4 +60,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("think_approvals")
     with op.batch_alter_table("think_turns") as batch:
+        batch.drop_column("extends")
         batch.drop_column("awaiting_approval")
