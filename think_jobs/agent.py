@@ -200,10 +200,13 @@ class Think:
             self._services, self, status=status, completed_before=completed_before, limit=limit
         )
 
-    def list_approvals(self, status: str | Sequence[str] | None = None) -> list[Approval]:
-        """The agent's tool approvals, oldest first (``status``: one or several of pending,
-        approved, denied, expired, cancelled)."""
-        return approvals.list_for(self._services, self, status)
+    def list_approvals(
+        self, status: str | Sequence[str] | None = None, *, request_id: str | None = None
+    ) -> list[Approval]:
+        """The agent's tool approvals, oldest first, at most 1000 (``status``: one or several
+        of pending, approved, denied, expired, cancelled; ``request_id``: only those the turn
+        asked, or that the continuation with that id waits for)."""
+        return approvals.list_for(self._services, self, status, request_id=request_id)
 
     def get_approval(self, approval_id: str) -> Approval | None:
         """One tool approval of this agent, or None."""

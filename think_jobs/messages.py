@@ -347,10 +347,17 @@ def _parts_problems(parts: Sequence[object], where: str, limits: Limits) -> list
         measured = f"{len(parts)} parts"
         return [over_limit(where, measured, limits.parts_per_message, "max_parts_per_message")]
     return [
-        value_problem(child, f"{where}[{index}].{key}", depth_limit=limits.json_depth)
+        value_problem(_plain(child), f"{where}[{index}].{key}", depth_limit=limits.json_depth)
         for index, part in enumerate(parts)
         for key, child in entries(part)
     ]
+
+
+def _plain(value: object) -> object:
+    """A part's typed field (a tool part's ``approval``) as the JSON it stands for."""
+    if isinstance(value, WireModel):
+        return value.model_dump(mode="python", by_alias=True, exclude_none=True)
+    return value
 
 
 _LABELS = ("type", "id", "tool_call_id", "tool_name", "source_id", "media_type")

@@ -109,4 +109,4 @@ def duration(start: datetime | None, end: datetime | None) -> str:
 
 def approvals_of(agent: Think, request_id: str) -> list[Approval]:
     """The tool approvals the request asked, or the ones it (a continuation) waits for."""
-    return [a for a in agent.list_approvals() if request_id in (a.request_id, a.continuation_id)]
+    return agent.list_approvals(request_id=request_id)

@@ -346,6 +346,8 @@ def test_a_continuation_may_ask_again_and_the_line_still_waits(jobs: ThinkJobs) 
         wait_for_status(agent, one.continuation_id, "completed")
         two = asked(agent)
         assert two.tool_call_id == "second" and two.request_id == one.continuation_id
+        chain = agent.list_approvals(request_id=one.continuation_id)  # continued, then asked
+        assert [a.approval_id for a in chain] == [one.approval_id, two.approval_id]
         assert agent.inspect_submission(later.submission_id).status == "pending"  # type: ignore[union-attr]
         agent.respond_to_approval(two.approval_id, True)
         wait_for_status(agent, later.submission_id, "completed")

@@ -77,12 +77,21 @@ def insert_approvals(
 
 
 def list_approvals(
-    conn: Connection, agent_id: int, *, statuses: Sequence[str] | None, limit: int
+    conn: Connection,
+    agent_id: int,
+    *,
+    statuses: Sequence[str] | None,
+    request_id: str | None = None,
+    limit: int,
 ) -> list[Approval]:
-    """The agent's approvals, oldest first."""
+    """The agent's approvals, oldest first (``request_id``: asked by, or continued by)."""
     query = select(approvals).where(approvals.c.agent_id == agent_id)
     if statuses is not None:
         query = query.where(approvals.c.status.in_(statuses))
+    if request_id is not None:
+        query = query.where(
+            (approvals.c.request_id == request_id) | (approvals.c.continuation_id == request_id)
+        )
     query = query.order_by(approvals.c.created_at, approvals.c.id).limit(limit)
     return [_approval(row) for row in conn.execute(query)]
 

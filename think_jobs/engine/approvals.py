@@ -5,7 +5,7 @@ step and its final write (one fenced transaction) also stores, here:
 
 - the open approvals (``think_approvals``), one per waiting call;
 - the turn's **continuation**: a submission admitted with the finished turn's own number in
-  the agent's line (the turn keeps its number negated), so the turns admitted behind it stay
+  the agent's line (the turn takes its row id, negated), so the turns admitted behind it stay
   behind — the conversation cannot move on with an open tool call. It waits
   (``awaiting_approval``) and nobody claims it until every approval of it is closed.
 
@@ -90,15 +90,22 @@ def hold_place(
 
 
 def list_for(
-    services: Services, agent: AgentHooks, status: str | Iterable[str] | None
+    services: Services,
+    agent: AgentHooks,
+    status: str | Iterable[str] | None,
+    *,
+    request_id: str | None = None,
 ) -> list[Approval]:
-    """The agent's approvals, oldest first, optionally of one or several statuses."""
+    """The agent's approvals, oldest first, optionally of one or several statuses, or of one
+    request (the turn that asked, or the continuation)."""
     statuses = _statuses(status)
     agent_id = services.agents.agent_id_of(agent, create=False)
     if agent_id is None:
         return []
     with services.db.read() as conn:
-        return approval_ops.list_approvals(conn, agent_id, statuses=statuses, limit=_LIST_LIMIT)
+        return approval_ops.list_approvals(
+            conn, agent_id, statuses=statuses, request_id=request_id, limit=_LIST_LIMIT
+        )
 
 
 def get(services: Services, agent: AgentHooks, approval_id: str) -> Approval | None:
@@ -141,6 +148,7 @@ def respond(
     status = ApprovalStatus.APPROVED if approved else ApprovalStatus.DENIED
     closed = _close(services, [approval_id], status, reason, agent_id=agent_id)
     if closed:
+        log.info("approval answered", extra={"approval_id": approval_id, "status": status.value})
         return closed[0]
     with services.db.read() as conn:
         found = approval_ops.get_approval(conn, agent_id, approval_id)
@@ -281,4 +289,8 @@ def waiting_reason(services: Services, continuation: TurnRecord) -> str:
 
 def announce_continuation(agent: AgentHooks, continuation: TurnRecord) -> None:
     """The continuation was admitted (with its turn's final write)."""
+    log.info(
+        "turn waits for tool approval",
+        extra={"agent": agent.address, "submission_id": continuation.request_id},
+    )
     events.status_changed(agent, continuation, Status.PENDING)
