@@ -22,12 +22,14 @@ from think_jobs.errors import (
     SubmissionConflictError,
     ThinkJobsError,
     TurnFailedError,
+    UnknownApprovalError,
     UnknownCursorError,
     UnknownRequestError,
 )
 from think_jobs.messages import UIMessage
 from think_jobs.models.base import Model, ModelRequest
 from think_jobs.results import (
+    Approval,
     ChatResponseResult,
     SaveMessagesResult,
     StreamEvent,
@@ -45,6 +47,7 @@ __all__ = [
     "AbortController",
     "AbortSignal",
     "AgentNotRegisteredError",
+    "Approval",
     "BrokerUnavailableError",
     "ChatResponseResult",
     "ChatStartEvent",
@@ -74,6 +77,7 @@ __all__ = [
     "TurnContext",
     "TurnFailedError",
     "UIMessage",
+    "UnknownApprovalError",
     "UnknownCursorError",
     "UnknownRequestError",
     "tool",

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 from think_jobs import validation
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.domain.status import INTERRUPTED
-from think_jobs.engine import blocking, cancellation, repair, schedules, submissions
+from think_jobs.engine import approvals, blocking, cancellation, repair, schedules, submissions
 from think_jobs.engine.execution import CallerTurn, MessagesFunction, TurnResult
 from think_jobs.engine.ports import Services
 from think_jobs.engine.repair import Repair, UnreadableMessage
@@ -29,6 +29,7 @@ from think_jobs.limits import Limits
 from think_jobs.messages import UIMessage, coerce_messages, stored_messages, user_text_message
 from think_jobs.models.base import Model
 from think_jobs.results import (
+    Approval,
     ChatResponseResult,
     SaveMessagesResult,
     StreamEvent,
@@ -198,6 +199,27 @@ class Think:
         return submissions.delete_many(
             self._services, self, status=status, completed_before=completed_before, limit=limit
         )
+
+    def list_approvals(
+        self, status: str | Sequence[str] | None = None, *, request_id: str | None = None
+    ) -> list[Approval]:
+        """The agent's tool approvals, oldest first, at most 1000 (``status``: one or several
+        of pending, approved, denied, expired, cancelled; ``request_id``: only those the turn
+        asked, or that the continuation with that id waits for)."""
+        return approvals.list_for(self._services, self, status, request_id=request_id)
+
+    def get_approval(self, approval_id: str) -> Approval | None:
+        """One tool approval of this agent, or None."""
+        return approvals.get(self._services, self, approval_id)
+
+    def respond_to_approval(
+        self, approval_id: str, approved: bool, reason: str | None = None
+    ) -> Approval:
+        """Answer a tool call's approval from any process: approved, the tool runs and the
+        model goes on; denied, the model is told. Returns the approval as stored; one already
+        closed is returned unchanged (a second answer is a no-op). Unknown id:
+        ``UnknownApprovalError``."""
+        return approvals.respond(self._services, self, approval_id, approved, reason)
 
     def request_status(self, request_id: str) -> SubmissionStatus | None:
         """The status of the turn with this request id (any turn: submissions and blocking

@@ -36,11 +36,13 @@ from think_jobs.chunks import (
     TextDeltaChunk,
     TextEndChunk,
     TextStartChunk,
+    ToolApprovalRequestChunk,
     ToolInputAvailableChunk,
     ToolInputDeltaChunk,
     ToolInputErrorChunk,
     ToolInputStartChunk,
     ToolOutputAvailableChunk,
+    ToolOutputDeniedChunk,
     ToolOutputErrorChunk,
     parse_chunk,
 )
@@ -56,6 +58,7 @@ from think_jobs.messages import (
     SourceUrlPart,
     StepStartPart,
     TextPart,
+    ToolApproval,
     ToolPart,
     UIMessage,
 )
@@ -158,6 +161,15 @@ class MessageAssembler:
         return self._aborted
 
     # -- feeding -------------------------------------------------------------------------------
+
+    def respond(self, tool_call_id: str, approval: ToolApproval) -> None:
+        """Record the answer to a tool call's approval (``approval-responded``; the AI SDK's
+        UI stream has no chunk for it: the tool's output or ``tool-output-denied`` follows)."""
+        part = self._known_tool(tool_call_id, "approval response")
+        self._set_tool_state(
+            part, provider_executed=None, state="approval-responded", input=part.input
+        )
+        part.approval = approval
 
     def feed(self, chunk: Chunk | Mapping[str, Any]) -> None:
         """Apply one chunk (a model, or a wire dict which is validated first)."""
@@ -267,6 +279,17 @@ class MessageAssembler:
             input=part.input,
             error_text=chunk.error_text,
         )
+
+    def _on_tool_approval_request(self, chunk: ToolApprovalRequestChunk) -> None:
+        part = self._known_tool(chunk.tool_call_id, chunk.type)
+        self._set_tool_state(
+            part, provider_executed=None, state="approval-requested", input=part.input
+        )
+        part.approval = ToolApproval(id=chunk.approval_id)
+
+    def _on_tool_output_denied(self, chunk: ToolOutputDeniedChunk) -> None:
+        part = self._known_tool(chunk.tool_call_id, chunk.type)
+        self._set_tool_state(part, provider_executed=None, state="output-denied", input=part.input)
 
     def _on_source_url(self, chunk: SourceUrlChunk) -> None:
         data = chunk.model_dump(exclude_none=True, by_alias=False)
@@ -438,6 +461,8 @@ _HANDLERS: dict[type[ChunkModel], Callable[[MessageAssembler, Any], None]] = {
     ToolInputErrorChunk: MessageAssembler._on_tool_input_error,
     ToolOutputAvailableChunk: MessageAssembler._on_tool_output_available,
     ToolOutputErrorChunk: MessageAssembler._on_tool_output_error,
+    ToolApprovalRequestChunk: MessageAssembler._on_tool_approval_request,
+    ToolOutputDeniedChunk: MessageAssembler._on_tool_output_denied,
     SourceUrlChunk: MessageAssembler._on_source_url,
     SourceDocumentChunk: MessageAssembler._on_source_document,
     FileChunk: MessageAssembler._on_file,

@@ -164,6 +164,21 @@ class ToolOutputErrorChunk(ChunkModel):
     dynamic: bool | None = None
 
 
+class ToolApprovalRequestChunk(ChunkModel):
+    """The tool call waits for a human's approval (``respond_to_approval``) before it runs."""
+
+    type: Literal["tool-approval-request"] = "tool-approval-request"
+    approval_id: str
+    tool_call_id: str
+
+
+class ToolOutputDeniedChunk(ChunkModel):
+    """The tool call was denied (or its approval expired): it did not run."""
+
+    type: Literal["tool-output-denied"] = "tool-output-denied"
+    tool_call_id: str
+
+
 class SourceUrlChunk(ChunkModel):
     """A web source the model cited."""
 
@@ -248,6 +263,8 @@ _TAGGED: dict[str, type[ChunkModel]] = {
     "tool-input-error": ToolInputErrorChunk,
     "tool-output-available": ToolOutputAvailableChunk,
     "tool-output-error": ToolOutputErrorChunk,
+    "tool-approval-request": ToolApprovalRequestChunk,
+    "tool-output-denied": ToolOutputDeniedChunk,
     "source-url": SourceUrlChunk,
     "source-document": SourceDocumentChunk,
     "file": FileChunk,
@@ -285,6 +302,8 @@ Chunk = Annotated[
     | Annotated[ToolInputErrorChunk, Tag("tool-input-error")]
     | Annotated[ToolOutputAvailableChunk, Tag("tool-output-available")]
     | Annotated[ToolOutputErrorChunk, Tag("tool-output-error")]
+    | Annotated[ToolApprovalRequestChunk, Tag("tool-approval-request")]
+    | Annotated[ToolOutputDeniedChunk, Tag("tool-output-denied")]
     | Annotated[SourceUrlChunk, Tag("source-url")]
     | Annotated[SourceDocumentChunk, Tag("source-document")]
     | Annotated[FileChunk, Tag("file")]
@@ -387,10 +406,12 @@ __all__ = [
     "TextDeltaChunk",
     "TextEndChunk",
     "TextStartChunk",
+    "ToolApprovalRequestChunk",
     "ToolInputAvailableChunk",
     "ToolInputDeltaChunk",
     "ToolInputErrorChunk",
     "ToolOutputAvailableChunk",
+    "ToolOutputDeniedChunk",
     "ToolOutputErrorChunk",
     "chunk_to_wire",
     "is_content_chunk",

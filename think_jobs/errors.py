@@ -60,6 +60,10 @@ class UnknownRequestError(ThinkJobsError, LookupError):
     """A request id that names no turn of the agent (``agent.stream``; HTTP 404)."""
 
 
+class UnknownApprovalError(ThinkJobsError, LookupError):
+    """No approval of this agent has that id (``respond_to_approval``; HTTP 404)."""
+
+
 class SubmissionConflictError(ThinkJobsError):
     """``submission_id`` and ``idempotency_key`` refer to different submissions."""
 
@@ -138,4 +142,5 @@ __all__ = [
     "SubmissionConflictError",
     "ThinkJobsError",
     "TurnFailedError",
+    "UnknownApprovalError",
 ]

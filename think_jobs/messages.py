@@ -44,7 +44,15 @@ from think_jobs.limits import (
 
 Role = Literal["system", "user", "assistant"]
 TextState = Literal["streaming", "done"]
-ToolState = Literal["input-streaming", "input-available", "output-available", "output-error"]
+ToolState = Literal[
+    "input-streaming",
+    "input-available",
+    "approval-requested",
+    "approval-responded",
+    "output-available",
+    "output-error",
+    "output-denied",
+]
 ProviderMetadata = dict[str, dict[str, Any]]
 
 
@@ -78,6 +86,14 @@ class ReasoningPart(WireModel):
     provider_metadata: ProviderMetadata | None = None
 
 
+class ToolApproval(WireModel):
+    """A tool call's approval (AI SDK v6+): its id, and once answered the decision and why."""
+
+    id: str
+    approved: StrictBool | None = None
+    reason: str | None = None
+
+
 class _ToolCallPart(WireModel):
     """Fields shared by static (``tool-<name>``) and dynamic tool parts."""
 
@@ -91,6 +107,7 @@ class _ToolCallPart(WireModel):
     provider_executed: StrictBool | None = None  # JSON true/false only, not "yes" or 1
     call_provider_metadata: ProviderMetadata | None = None
     preliminary: StrictBool | None = None
+    approval: ToolApproval | None = None
 
 
 class ToolPart(_ToolCallPart):
@@ -330,10 +347,17 @@ def _parts_problems(parts: Sequence[object], where: str, limits: Limits) -> list
         measured = f"{len(parts)} parts"
         return [over_limit(where, measured, limits.parts_per_message, "max_parts_per_message")]
     return [
-        value_problem(child, f"{where}[{index}].{key}", depth_limit=limits.json_depth)
+        value_problem(_plain(child), f"{where}[{index}].{key}", depth_limit=limits.json_depth)
         for index, part in enumerate(parts)
         for key, child in entries(part)
     ]
+
+
+def _plain(value: object) -> object:
+    """A part's typed field (a tool part's ``approval``) as the JSON it stands for."""
+    if isinstance(value, WireModel):
+        return value.model_dump(mode="python", by_alias=True, exclude_none=True)
+    return value
 
 
 _LABELS = ("type", "id", "tool_call_id", "tool_name", "source_id", "media_type")
@@ -413,6 +437,7 @@ __all__ = [
     "StepStartPart",
     "TextPart",
     "TextState",
+    "ToolApproval",
     "ToolPart",
     "ToolState",
     "UIMessage",

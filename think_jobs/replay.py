@@ -241,7 +241,21 @@ def _tool_outcome(part: ToolPart | DynamicToolPart) -> list[Wire]:
         return [output if part.preliminary is None else {**output, "preliminary": part.preliminary}]
     if part.state == "output-error":
         return [{"type": "tool-output-error", **base, "errorText": part.error_text or ""}]
-    return []
+    return _approval_outcome(part)
+
+
+def _approval_outcome(part: ToolPart | DynamicToolPart) -> list[Wire]:
+    """An approval asked (and, once answered, a denial), as the AI SDK's chunks say them."""
+    call: Wire = {"toolCallId": part.tool_call_id}
+    if part.approval is None or part.state not in _APPROVAL_STATES:
+        return []
+    asked: Wire = {"type": "tool-approval-request", "approvalId": part.approval.id, **call}
+    if part.state == "output-denied":
+        return [asked, {"type": "tool-output-denied", **call}]
+    return [asked]
+
+
+_APPROVAL_STATES = frozenset({"approval-requested", "approval-responded", "output-denied"})
 
 
 def _simple(part: SourceUrlPart | SourceDocumentPart | FilePart | DataPart) -> Wire:

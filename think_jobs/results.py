@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from think_jobs.domain.status import TERMINAL, FinalStatus, Status
+from think_jobs.domain.status import ApprovalStatus as ApprovalStatus
 from think_jobs.messages import UIMessage
 
 SubmissionStatus = Status  # the public name of the one status enum (think_jobs.domain.status)
@@ -31,6 +32,25 @@ class SubmissionInspection(BaseModel):
     completed_at: datetime | None
     attempt: int = 0
     waiting_reason: str | None = None  # why a pending turn is not running (SPEC §12)
+
+
+class Approval(BaseModel):
+    """A tool call waiting for (or answered by) a human. ``request_id`` is the turn whose
+    model made the call; ``continuation_id`` the submission that runs the tool (approved) or
+    tells the model it was denied, once every approval of that turn is answered."""
+
+    model_config = ConfigDict(frozen=True)
+
+    approval_id: str
+    request_id: str
+    continuation_id: str
+    tool_name: str
+    tool_call_id: str
+    input: Any
+    status: ApprovalStatus
+    created_at: datetime
+    decided_at: datetime | None
+    reason: str | None
 
 
 class SubmitMessagesResult(SubmissionInspection):

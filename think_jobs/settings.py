@@ -117,6 +117,12 @@ class Settings(BaseSettings):
         ge=1,
         description="Tool-loop steps per turn (an agent class's `max_steps` overrides it).",
     )
+    approval_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="A tool approval left open this long expires: the call is denied with a "
+        "reason and the model goes on (the sweeper checks). Unset: approvals wait forever.",
+    )
     db_pool_size: int = Field(
         7,
         ge=1,

@@ -175,6 +175,7 @@ def detail(agent_type: str, agent_name: str, request_id: str) -> str:
         status=status or transcript.status,
         submission=agent.inspect_submission(request_id),
         asked=admin_data.asked(agent, request_id),
+        approvals=admin_data.approvals_of(agent, request_id),
         transcript=transcript,
         stream_url=_stream_url(agent_type, agent_name, request_id, transcript.last_seq),
     )
@@ -188,6 +189,25 @@ def cancel(agent_type: str, agent_name: str, request_id: str) -> ResponseReturnV
     agent.cancel_chat(request_id, request.form.get("reason") or "cancelled from the admin page")
     flash(f"Cancel requested for {request_id}.", FLASH)
     return redirect(_back(agent_type, agent_name, request_id))
+
+
+@bp.post(AGENT + "/approvals/<approval_id>/<decision>")
+@auth.requires(auth.WRITE)
+def answer(
+    agent_type: str, agent_name: str, approval_id: str, decision: str
+) -> ResponseReturnValue:
+    """The Approve and Deny buttons of a turn that waits for a tool call's approval."""
+    agent = params.agent(agent_type, agent_name)
+    approval_id = params.identifier(approval_id, "path.approval_id")
+    if decision not in DECISIONS:
+        raise ApiError(404, f"no decision {decision!r}; expected approve or deny")
+    reason = request.form.get("reason") or f"{DECISIONS[decision]} from the admin page"
+    stored = agent.respond_to_approval(approval_id, decision == "approve", reason)
+    flash(f"Approval {approval_id} is {stored.status.value}.", FLASH)
+    return redirect(_back(agent_type, agent_name, stored.request_id))
+
+
+DECISIONS = {"approve": "approved", "deny": "denied"}
 
 
 @bp.post(AGENT + "/submissions/<submission_id>/delete")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from think_jobs import Think
+from think_jobs import Approval, Think
 from think_jobs.errors import UnknownRequestError
 from think_jobs.messages import message_text
 from think_jobs.results import StreamEvent
@@ -105,3 +105,8 @@ def duration(start: datetime | None, end: datetime | None) -> str:
         return ""
     seconds = (end - start).total_seconds()
     return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def approvals_of(agent: Think, request_id: str) -> list[Approval]:
+    """The tool approvals the request asked, or the ones it (a continuation) waits for."""
+    return agent.list_approvals(request_id=request_id)

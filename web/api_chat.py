@@ -12,7 +12,13 @@ the SDK's ``stop()`` only disconnects.
 
 The active turn is the running submission, else the oldest pending one: a turn accepted but not
 started yet answers its stream (not 204), so the client's status does not fall back to "ready".
-Only the public ``think_jobs`` API is used here.
+A continuation still waiting for a tool approval is not active (nothing will stream until a
+human answers).
+
+Tool approvals (AI SDK v6+): when the last message of the body is the assistant's with tool parts
+in ``approval-responded`` (``addToolApprovalResponse`` then ``sendAutomaticallyWhen``), the POST
+answers those approvals (``respond_to_approval``) and streams the continuation, which extends
+that same assistant message. Only the public ``think_jobs`` API is used here.
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ from flask import Response, request
 from think_jobs import SubmissionInspection, SubmissionStatus, Think, UIMessage
 from think_jobs.errors import StoredMessageError
 from think_jobs.limits import Limits
-from think_jobs.messages import coerce_messages
+from think_jobs.messages import DynamicToolPart, ToolApproval, ToolPart, coerce_messages
 from web import auth, params, sse
+from web.api_approvals import conflict
 from web.api_streams import stream_source
 from web.errors import ApiError, unreadable_message
 from web.extension import current_extension
@@ -62,8 +69,11 @@ def send(agent_type: str) -> Response:
     body = params.json_body(ChatBody)
     agent = params.agent(agent_type, body.id)
     history = _history(agent, body.messages)
+    answers = _approval_answers(history)
     if body.trigger == REGENERATE:
         request_id = _regenerate(agent, body.message_id)
+    elif answers:
+        request_id = _answer(agent, answers)
     else:
         request_id = _submit(agent, _newest_user_message(history))
     return _stream(agent, request_id, after_seq=None)
@@ -106,12 +116,15 @@ def stop(agent_type: str, agent_name: str) -> Response:
 
 
 def active_submission(agent: Think) -> SubmissionInspection | None:
-    """The running submission, else the oldest pending one (the next to run), else None."""
+    """The running submission, else the oldest pending one (the next to run) that does not
+    wait for a tool approval, else None."""
+    waiting = {a.continuation_id for a in agent.list_approvals(status="pending")}
     oldest = None
     for found in _active_submissions(agent):
         if found.status == SubmissionStatus.RUNNING:
             return found
-        oldest = found
+        if found.submission_id not in waiting:
+            oldest = found
     return oldest
 
 
@@ -136,6 +149,37 @@ def _history(agent: Think, messages: Sequence[Any]) -> list[UIMessage]:
     for index, message in enumerate(history):
         params.identifier(message.id, f"body.messages[{index}].id")
     return history
+
+
+def _approval_answers(history: Sequence[UIMessage]) -> list[ToolApproval]:
+    """The answered approvals of the client's last message, when it is the assistant's."""
+    if not history or history[-1].role != "assistant":
+        return []
+    return [
+        part.approval
+        for part in history[-1].parts
+        if isinstance(part, ToolPart | DynamicToolPart)
+        and part.state == "approval-responded"
+        and part.approval is not None
+        and part.approval.approved is not None
+    ]
+
+
+def _answer(agent: Think, answers: Sequence[ToolApproval]) -> str:
+    """Answer the approvals (a retried request answers nothing new) and name the
+    continuation to stream; an approval closed otherwise is a 409."""
+    stored = None
+    for answer in answers:
+        approved = bool(answer.approved)
+        stored = agent.respond_to_approval(
+            params.identifier(answer.id, "body.messages[-1].parts[].approval.id"),
+            approved,
+            answer.reason,
+        )
+        if stored.status.value != ("approved" if approved else "denied"):
+            raise conflict(stored)
+    assert stored is not None
+    return stored.continuation_id
 
 
 def _newest_user_message(history: Sequence[UIMessage]) -> UIMessage:

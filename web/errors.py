@@ -4,6 +4,7 @@ Core errors map to status codes here, at the boundary, and nowhere else:
 
 ==============================  ====  ========================
 UnknownCursorError              404   unknown_cursor
+UnknownApprovalError            404   unknown_approval
 StoredMessageError              409   unreadable_message (details: message_id, position)
 InvalidInputError (and kids)    400   invalid_input, ...
 AgentNotRegisteredError         404   agent_not_registered
@@ -34,6 +35,7 @@ from think_jobs.errors import (
     StoredMessageError,
     SubmissionConflictError,
     ThinkJobsError,
+    UnknownApprovalError,
     UnknownCursorError,
 )
 
@@ -54,6 +56,7 @@ HTTP_TYPES = {
 _CORE: tuple[tuple[type[Exception], int, str], ...] = (
     (AgentNotRegisteredError, 404, "agent_not_registered"),
     (UnknownCursorError, 404, "unknown_cursor"),
+    (UnknownApprovalError, 404, "unknown_approval"),
     (EmptySubmissionError, 400, "empty_submission"),
     (MessageValidationError, 400, "message_validation"),
     (InvalidInputError, 400, "invalid_input"),

@@ -73,6 +73,7 @@ def _blueprint_groups() -> dict[str, list[Blueprint]]:
     from web import (
         admin,
         api_agents,
+        api_approvals,
         api_chat,
         api_streams,
         api_submissions,
@@ -83,7 +84,7 @@ def _blueprint_groups() -> dict[str, list[Blueprint]]:
     )
 
     return {
-        "api": [api_agents.bp, api_submissions.bp, api_chat.bp, openapi.bp],
+        "api": [api_agents.bp, api_submissions.bp, api_approvals.bp, api_chat.bp, openapi.bp],
         "streams": [api_streams.bp],
         "webhooks": [webhooks.bp],
         "admin": [admin.bp],

@@ -70,6 +70,7 @@ _PATH_PARAMS: Mapping[str, type[Any]] = {
     "agent_name": AgentName,
     "submission_id": Identifier,
     "request_id": Identifier,
+    "approval_id": Identifier,
 }
 
 

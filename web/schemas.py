@@ -17,11 +17,18 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainValidator,
+    StrictBool,
     StringConstraints,
 )
 
 from think_jobs.messages import UIMessage
-from think_jobs.results import SubmissionInspection, SubmissionStatus, SubmitMessagesResult
+from think_jobs.results import (
+    Approval,
+    ApprovalStatus,
+    SubmissionInspection,
+    SubmissionStatus,
+    SubmitMessagesResult,
+)
 from think_jobs.validation import (
     AGENT_NAME_MAX_CHARS,
     ID_MAX_CHARS,
@@ -218,12 +225,34 @@ class ErrorDetail(StrictModel):
     details: Any = None
 
 
+class ApprovalQuery(StrictModel):
+    """Query of ``GET .../approvals``: ``status`` may repeat or be comma-separated."""
+
+    status: list[ApprovalStatus] | None = None
+
+
+class ApprovalList(StrictModel):
+    """The agent's tool approvals, oldest first."""
+
+    approvals: list[Approval]
+
+
+class ApprovalAnswer(StrictModel):
+    """Body of ``POST .../approvals/{approval_id}``: the human's decision and why."""
+
+    approved: StrictBool
+    reason: Reason | None = None
+
+
 class ErrorBody(StrictModel):
     error: ErrorDetail
 
 
 SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     AgentList,
+    Approval,
+    ApprovalAnswer,
+    ApprovalList,
     CancelBody,
     ChatBody,
     DeleteResult,

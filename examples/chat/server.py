@@ -1,6 +1,7 @@
 """The think-jobs side of the chat example: an agent whose scripted model answers word by word,
 slowly enough to reload the page mid-reply, and the web app that serves the built page at
-``/chat/`` next to think-jobs' API (``web.create_app``).
+``/chat/`` next to think-jobs' API (``web.create_app``). Ask for a refund and the model calls
+``refund``, a tool that needs a human's approval: the page shows Approve and Deny.
 
 From the repository root, with Redis and a database as in the README, after
 ``scripts/build-chat-example`` (or ``npm ci && npm run build`` in ``examples/chat``)::
@@ -20,13 +21,17 @@ from typing import Any, ClassVar
 from flask import Flask, Response, send_from_directory
 
 import web
-from think_jobs import ModelRequest, Think, ThinkJobs
-from think_jobs.messages import message_text
-from think_jobs.models import Reply, ScriptedModel
+from think_jobs import ModelRequest, Think, ThinkJobs, tool
+from think_jobs.messages import ToolPart, message_text
+from think_jobs.models import Reply, ScriptedModel, ToolCall
+from think_jobs.tools import Tool
 
 HERE = Path(__file__).resolve().parent
 BUILDS = ("ai7", "ai6")  # the current AI SDK major and the one before (vite.config.js)
 FILLER = "This reply streams one word at a time, so you can reload the page while it arrives."
+ASKING = "I can refund order A-17 once you approve."
+REFUNDED = " Done: refunded order A-17."
+NOT_REFUNDED = " OK, no refund."
 
 jobs = ThinkJobs()
 
@@ -40,13 +45,32 @@ class Chat(Think):
     def get_model(self) -> ScriptedModel:
         return ScriptedModel(self.reply)
 
+    def get_tools(self) -> dict[str, Tool]:
+        @tool(needs_approval=True)
+        def refund(order: str) -> str:
+            """Refund an order (a human approves it first)."""
+            return f"refunded {order}"
+
+        return {"refund": refund}
+
     def reply(self, request: ModelRequest) -> Reply:
-        return Reply(text=reply_to(last_question(request)), delay_s=self.delay_s)
+        question = last_question(request)
+        if "refund" not in question.lower():
+            return Reply(text=reply_to(question), delay_s=self.delay_s)
+        after = Reply(text=after_refund(request), delay_s=self.delay_s)  # the step after the tool
+        call = ToolCall("refund", {"order": "A-17"})
+        return Reply(text=ASKING, delay_s=self.delay_s, tool_calls=[call], then=after)
 
 
 def last_question(request: ModelRequest) -> str:
     asked = [message_text(m) for m in request.messages if m.role == "user"]
     return asked[-1] if asked else ""
+
+
+def after_refund(request: ModelRequest) -> str:
+    """What the model says once the human answered: the refund's outcome."""
+    calls = [p for m in request.messages for p in m.parts if isinstance(p, ToolPart)]
+    return REFUNDED if calls and calls[-1].state == "output-available" else NOT_REFUNDED
 
 
 def reply_to(question: str) -> str:

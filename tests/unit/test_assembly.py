@@ -373,3 +373,47 @@ def test_chunks_for_unknown_ids_are_rejected(chunks: list[dict[str, Any]], expec
     with pytest.raises(MessageValidationError) as info:
         _assemble(*chunks)
     assert str(info.value) == expected
+
+
+def test_an_approval_moves_the_tool_part_through_the_sdk_states() -> None:
+    """``tool-approval-request`` → ``approval-requested`` with the approval's id; an answer
+    → ``approval-responded``; then the output keeps the approval, or ``output-denied``."""
+    from think_jobs.assembly import MessageAssembler
+    from think_jobs.messages import ToolApproval, ToolPart
+
+    assembler = MessageAssembler("m")
+    for chunk in (
+        {"type": "start-step"},
+        {"type": "tool-input-available", "toolCallId": "c", "toolName": "pay", "input": {}},
+        {"type": "tool-input-available", "toolCallId": "d", "toolName": "pay", "input": {}},
+        {"type": "tool-approval-request", "approvalId": "a1", "toolCallId": "c"},
+        {"type": "tool-approval-request", "approvalId": "a2", "toolCallId": "d"},
+    ):
+        assembler.feed(chunk)
+    asked = [p for p in assembler.message.parts if isinstance(p, ToolPart)]
+    assert [(p.state, p.approval) for p in asked] == [
+        ("approval-requested", ToolApproval(id="a1")),
+        ("approval-requested", ToolApproval(id="a2")),
+    ]
+    assembler.respond("c", ToolApproval(id="a1", approved=True))
+    assembler.respond("d", ToolApproval(id="a2", approved=False, reason="no"))
+    assembler.feed({"type": "tool-output-available", "toolCallId": "c", "output": 1})
+    assembler.feed({"type": "tool-output-denied", "toolCallId": "d"})
+    wire = [p for p in assembler.message.to_wire()["parts"] if p["type"] == "tool-pay"]
+    assert wire == [
+        {
+            "type": "tool-pay",
+            "toolCallId": "c",
+            "state": "output-available",
+            "input": {},
+            "output": 1,
+            "approval": {"id": "a1", "approved": True},
+        },
+        {
+            "type": "tool-pay",
+            "toolCallId": "d",
+            "state": "output-denied",
+            "input": {},
+            "approval": {"id": "a2", "approved": False, "reason": "no"},
+        },
+    ]

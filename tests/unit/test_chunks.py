@@ -179,7 +179,8 @@ def test_unknown_chunk_type_lists_the_valid_types() -> None:
         'unknown chunk type "foo"; expected one of start, start-step, finish-step, text-start, '
         "text-delta, text-end, reasoning-start, reasoning-delta, reasoning-end, "
         "tool-input-start, tool-input-delta, tool-input-available, tool-input-error, "
-        "tool-output-available, tool-output-error, source-url, source-document, file, "
+        "tool-output-available, tool-output-error, tool-approval-request, tool-output-denied, "
+        "source-url, source-document, file, "
         "data-<name>, message-metadata, finish, abort, error"
     )
 

@@ -197,7 +197,8 @@ def test_errors_from_several_messages_are_all_reported() -> None:
         (
             {"type": "tool-x", "toolCallId": "c", "state": "done"},
             "message.parts[0].state: Input should be 'input-streaming', 'input-available', "
-            "'output-available' or 'output-error'",
+            "'approval-requested', 'approval-responded', 'output-available', 'output-error' or "
+            "'output-denied'",
         ),
         (
             {"type": "tool-x", "toolCallId": "c", "state": "input-available", "preliminary": "yes"},
@@ -251,3 +252,19 @@ def test_new_message_ids_are_unique_uuid4() -> None:
     first, second = new_message_id(), new_message_id()
     assert first != second
     assert uuid.UUID(first).version == 4
+
+
+def test_a_validated_message_with_an_answered_approval_validates_again() -> None:
+    """``coerce_messages`` takes ``UIMessage`` objects too: a tool part's ``approval`` (a typed
+    field, not free JSON) walks as the JSON it stands for."""
+    from think_jobs.messages import coerce_messages
+
+    part = {
+        "type": "tool-pay",
+        "toolCallId": "c",
+        "state": "approval-responded",
+        "input": {},
+        "approval": {"id": "a1", "approved": True},
+    }
+    message = coerce_message({"id": "m", "role": "assistant", "parts": [part]})
+    assert coerce_messages([message]) == [message]

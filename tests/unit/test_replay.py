@@ -29,11 +29,16 @@ def tool_call(draw: st.DrawFn, call_id: str) -> list[dict[str, Any]]:
     chunks = [{"type": "tool-input-start", **head}]
     if draw(st.booleans()):
         chunks.append({"type": "tool-input-available", **head, "input": {"q": draw(words)}})
-        outcome = draw(st.sampled_from(["none", "output", "error"]))
+        outcome = draw(st.sampled_from(["none", "output", "error", "asked", "denied"]))
         if outcome == "output":
             chunks.append({"type": "tool-output-available", "toolCallId": call_id, "output": [1]})
         elif outcome == "error":
             chunks.append({"type": "tool-output-error", "toolCallId": call_id, "errorText": "x"})
+        elif outcome in ("asked", "denied"):  # a tool that needs approval (SPEC §13)
+            asked = {"type": "tool-approval-request", "approvalId": f"a-{call_id}"}
+            chunks.append({**asked, "toolCallId": call_id})
+            if outcome == "denied":
+                chunks.append({"type": "tool-output-denied", "toolCallId": call_id})
     return chunks
 
 

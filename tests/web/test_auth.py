@@ -34,6 +34,8 @@ PARAMS = {
     "submission_id": "s-1",
     "request_id": "s-1",
     "task_id": "t",
+    "approval_id": "ap-1",
+    "decision": "approve",
     "filename": "style.css",
 }
 WRONG = {"Authorization": "Bearer not-a-token"}

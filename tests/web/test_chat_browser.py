@@ -3,6 +3,10 @@
 app on a real port, a real worker, and the example's agent. Each test runs once per AI SDK
 major the example builds (7, the current one, and 6).
 
+Tool approvals (issue 18, part 2): the example's ``refund`` tool needs approval; the page's
+Approve and Deny buttons call the SDK's ``addToolApprovalResponse`` and its
+``sendAutomaticallyWhen`` POSTs the answer, which runs the continuation.
+
 The agent is the example's, with one change for determinism: its reply stops after
 ``HOLD`` words until the test opens a gate (a Redis key), so "mid-stream" is a state the test
 waits for, not a moment it hopes to hit.
@@ -22,7 +26,7 @@ import redis
 from playwright.sync_api import Browser, Locator, Page, expect
 from werkzeug.serving import make_server
 
-from examples.chat.server import Chat, create_app, reply_to
+from examples.chat.server import ASKING, NOT_REFUNDED, REFUNDED, Chat, create_app, reply_to
 from tests.support.builders import texts, wait_for_status, wait_until
 from tests.support.processes import ROOT, free_port
 from tests.web.conftest import TEST_CONFIG
@@ -237,3 +241,52 @@ def test_regenerate_replaces_the_last_reply(
     regenerated = agent.list_submissions()[0]
     assert regenerated.metadata == {"source": "chat", "trigger": "regenerate-message"}
     assert regenerated.status == "completed"
+
+
+def refund_asked(browser: Browser, url: str, web_jobs: ThinkJobs, name: str, sdk: str) -> Page:
+    """A chat whose reply stopped at the refund call, waiting for approval (after a reload:
+    the waiting call comes back with the stored messages, and nothing is resumed)."""
+    open_gate(web_jobs)
+    page = open_chat(browser, url, name, sdk)
+    say(page, "please refund my order")
+    tool = page.locator('[data-tool="tool-refund"]')
+    expect(tool).to_have_attribute("data-tool-state", "approval-requested", timeout=PATIENCE_MS)
+    status_is(page, "ready", "completed")
+    page.reload()
+    expect(tool).to_have_attribute("data-tool-state", "approval-requested", timeout=PATIENCE_MS)
+    status_is(page, "ready")
+    return page
+
+
+def test_approve_runs_the_tool_and_the_reply_goes_on(
+    browser: Browser, chat_url: str, web_jobs: ThinkJobs, sdk: str
+) -> None:
+    page = refund_asked(browser, chat_url, web_jobs, "refund-yes", sdk)
+    agent = web_jobs.get_agent(GatedChat, "refund-yes")
+    (approval,) = agent.list_approvals(status="pending")
+    tool = page.locator('[data-tool="tool-refund"]')
+    tool.get_by_role("button", name="Approve").click()
+    expect(tool).to_have_attribute("data-tool-state", "output-available", timeout=PATIENCE_MS)
+    expect(replies(page).locator(".text")).to_have_text([ASKING + REFUNDED], timeout=PATIENCE_MS)
+    status_is(page, "ready", "completed")
+    assert agent.get_approval(approval.approval_id).status == "approved"  # type: ignore[union-attr]
+    wait_for_status(agent, approval.continuation_id, "completed")
+    assert texts(agent) == [("user", "please refund my order"), ("assistant", ASKING + REFUNDED)]
+    page.reload()
+    expect(tool).to_have_attribute("data-tool-state", "output-available", timeout=PATIENCE_MS)
+
+
+def test_deny_tells_the_model_and_the_tool_never_runs(
+    browser: Browser, chat_url: str, web_jobs: ThinkJobs, sdk: str
+) -> None:
+    page = refund_asked(browser, chat_url, web_jobs, "refund-no", sdk)
+    agent = web_jobs.get_agent(GatedChat, "refund-no")
+    tool = page.locator('[data-tool="tool-refund"]')
+    tool.get_by_role("button", name="Deny").click()
+    expect(tool).to_have_attribute("data-tool-state", "output-denied", timeout=PATIENCE_MS)
+    expect(replies(page).locator(".text")).to_have_text(
+        [ASKING + NOT_REFUNDED], timeout=PATIENCE_MS
+    )
+    status_is(page, "ready", "completed")
+    (closed,) = agent.list_approvals()
+    assert (closed.status, closed.reason) == ("denied", "denied in the chat")

@@ -44,6 +44,9 @@ def test_document_covers_every_json_route_with_resolvable_schemas(app: Flask) ->
         ("GET", "/api/agents/{agent_type}/{agent_name}/submissions/{submission_id}"),
         ("DELETE", "/api/agents/{agent_type}/{agent_name}/submissions/{submission_id}"),
         ("POST", "/api/agents/{agent_type}/{agent_name}/submissions/{submission_id}/cancel"),
+        ("GET", "/api/agents/{agent_type}/{agent_name}/approvals"),
+        ("GET", "/api/agents/{agent_type}/{agent_name}/approvals/{approval_id}"),
+        ("POST", "/api/agents/{agent_type}/{agent_name}/approvals/{approval_id}"),
         ("GET", "/api/agents/{agent_type}/{agent_name}/requests/{request_id}/stream"),
         ("POST", "/api/agents/{agent_type}/{agent_name}/requests/{request_id}/cancel"),
         ("POST", "/api/agents/{agent_type}/chat"),
@@ -95,7 +98,7 @@ def test_fuzz_the_api_against_its_document(web_jobs: ThinkJobs, mode: Generation
     }
     schema = schemathesis.openapi.from_wsgi("/api/openapi.json", create_app(web_jobs, config))
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 15
+    assert len(operations) == 18
 
     strategies = [op.as_strategy(generation_mode=mode) for op in operations]
 

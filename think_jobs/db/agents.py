@@ -143,13 +143,16 @@ def get_last_body(conn: Connection, agent_id: int) -> dict[str, Any] | None:
 
 
 def agents_needing_a_drain(conn: Connection, *, limit: int) -> list[int]:
-    """Agents with pending turns whose lease is free or expired (the sweeper enqueues them).
+    """Agents with pending turns whose lease is free or expired (the sweeper enqueues them);
+    a continuation waiting for an approval is nudged by the answer instead.
 
     Driven from the active turns (an index probe per status), so its cost follows the work
     waiting, not the size of the history.
     """
     active = union(
-        select(turns.c.agent_id).where(turns.c.status == Status.PENDING),
+        select(turns.c.agent_id).where(
+            turns.c.status == Status.PENDING, turns.c.awaiting_approval.is_(False)
+        ),
         select(turns.c.agent_id).where(turns.c.status == Status.RUNNING),
     ).subquery()
     query = (

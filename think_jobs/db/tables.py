@@ -1,6 +1,6 @@
 """The schema. Alembic migrations in ``migrations/`` own it; this module mirrors it for queries.
 
-Three tables:
+Four tables:
 
 - ``think_agents``: one row per agent (type + name). It carries the admission counter that
   numbers turns (``admitted``) and the execution lease (``lease_token``/``lease_expires_at``):
@@ -9,6 +9,8 @@ Three tables:
   admission order (``seq`` per agent). Ordering is a property of this table: the next turn of
   an agent is its lowest ``seq`` that is pending or running.
 - ``think_messages``: the conversation, in insertion order (``id``), unique per message id.
+- ``think_approvals``: tool calls waiting for (or answered by) a human; each names the turn
+  whose model made the call and the continuation turn that goes on once all are answered.
 """
 
 from __future__ import annotations
@@ -115,6 +117,8 @@ class TurnRow(Base):
     completed_at: Mapped[datetime | None]
     followup: Mapped[dict[str, Any] | None]
     followup_due_at: Mapped[datetime | None]
+    awaiting_approval: Mapped[bool] = mapped_column(Boolean, default=False)
+    extends: Mapped[dict[str, Any] | None]
 
 
 class MessageRow(Base):
@@ -133,6 +137,33 @@ class MessageRow(Base):
     created_at: Mapped[datetime]
 
 
+class ApprovalRow(Base):
+    __tablename__ = "think_approvals"
+    __table_args__ = (
+        UniqueConstraint("approval_id", name="uq_think_approvals_id"),
+        Index("ix_think_approvals_agent", "agent_id", "status", "created_at"),
+        Index("ix_think_approvals_open", "status", "created_at"),
+        Index("ix_think_approvals_continuation", "continuation_turn_id"),
+        Index("ix_think_approvals_turn", "turn_id"),
+    )
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    approval_id: Mapped[str] = mapped_column(String(64))
+    agent_id: Mapped[int] = mapped_column(ForeignKey("think_agents.id", ondelete="CASCADE"))
+    turn_id: Mapped[int] = mapped_column(BigInteger)
+    request_id: Mapped[str] = mapped_column(String(255))
+    continuation_turn_id: Mapped[int] = mapped_column(BigInteger)
+    continuation_id: Mapped[str] = mapped_column(String(255))
+    tool_name: Mapped[str] = mapped_column(String(255))
+    tool_call_id: Mapped[str] = mapped_column(String(255))
+    input: Mapped[Any] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    decided_at: Mapped[datetime | None]
+
+
 agents = cast(Table, AgentRow.__table__)
 turns = cast(Table, TurnRow.__table__)
 messages = cast(Table, MessageRow.__table__)
+approvals = cast(Table, ApprovalRow.__table__)

@@ -74,6 +74,7 @@ _INSERT_DEFAULTS: dict[str, Any] = {
     "error": None,
     "assistant_message_id": None,
     "trace_context": None,
+    "extends": None,
     "started_at": None,
     "completed_at": None,
 }
@@ -126,7 +127,9 @@ def _head_query(*columns: Any, agent_param: str = "agent_id") -> Select[Any]:
 
 
 _HEAD = _head_query(*turns.c)
-_HEAD_BRIEF = _head_query(turns.c.seq, turns.c.kind, turns.c.status, turns.c.messages_applied)
+_HEAD_BRIEF = _head_query(
+    turns.c.seq, turns.c.kind, turns.c.status, turns.c.messages_applied, turns.c.awaiting_approval
+)
 
 
 def _insert_statement() -> Any:
@@ -180,6 +183,9 @@ _NEW_TURN_COLUMNS = (
     "body",
     "continuation",
     "trace_context",
+    "assistant_message_id",
+    "awaiting_approval",
+    "extends",
 )
 
 
@@ -203,7 +209,8 @@ def head_brief(conn: Connection, agent_id: int) -> HeadBrief | None:
     row = conn.execute(_HEAD_BRIEF, {"agent_id": agent_id}).one_or_none()
     if row is None:
         return None
-    return HeadBrief(row.seq, Kind(row.kind), Status(row.status), row.messages_applied)
+    kind, status = Kind(row.kind), Status(row.status)
+    return HeadBrief(row.seq, kind, status, row.messages_applied, row.awaiting_approval)
 
 
 def replace_record(turn: TurnRecord, **changes: Any) -> TurnRecord:
@@ -263,6 +270,7 @@ def _start_fresh_head_statement() -> Any:
             turns.c.status == Status.PENDING,
             turns.c.kind == Kind.SUBMISSION,
             turns.c.messages_applied.is_(False),
+            turns.c.awaiting_approval.is_(False),
         )
         .values(
             status=Status.RUNNING,
@@ -290,6 +298,27 @@ def start_fresh_head(
     values = {"head_of": agent_id, "new_message_id": assistant_message_id}
     row = conn.execute(_START_FRESH_HEAD, values).one_or_none()
     return None if row is None else _record(row)
+
+
+def give_up_place(conn: Connection, turn: TurnRecord) -> None:
+    """A finished turn hands its number in the agent's line to its continuation (admitted
+    next with ``turn.seq``): it takes its row id, negated, instead (unique, and below every
+    number the line hands out; a chain of continuations gives up the same number in turn)."""
+    conn.execute(update(turns).where(turns.c.id == turn.id).values(seq=-turn.id))
+
+
+def stop_awaiting(conn: Connection, turn_id: int) -> bool:
+    """The continuation's approvals are all answered: it may run (False: it was not waiting)."""
+    statement = (
+        update(turns)
+        .where(
+            turns.c.id == turn_id,
+            turns.c.status == Status.PENDING,
+            turns.c.awaiting_approval.is_(True),
+        )
+        .values(awaiting_approval=False)
+    )
+    return conn.execute(statement).rowcount == 1
 
 
 def mark_messages_applied(conn: Connection, turn_id: int) -> None:

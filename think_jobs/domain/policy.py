@@ -34,8 +34,9 @@ class Nudge(StrEnum):
 
 def next_nudge(head: HeadBrief | None) -> Nudge:
     """After a release: a worker runs submissions and orphaned turns (running, or with their
-    messages applied); a blocking turn not begun is run by its own caller."""
-    if head is None:
+    messages applied); a blocking turn not begun is run by its own caller; a continuation
+    waiting for an approval is nudged by the answer, not now."""
+    if head is None or head.awaiting_approval:
         return Nudge.NONE
     if head.kind is Kind.SUBMISSION or head.status is Status.RUNNING or head.messages_applied:
         return Nudge.DRAIN

@@ -52,6 +52,8 @@ class TurnRecord:
     completed_at: datetime | None
     followup: dict[str, Any] | None = None
     followup_due_at: datetime | None = None
+    awaiting_approval: bool = False  # a continuation holding its place until approvals close
+    extends: dict[str, Any] | None = None  # the reply an approval continuation extends
 
     @property
     def is_submission(self) -> bool:
@@ -77,6 +79,29 @@ class NewTurn:
     continuation: bool = False
     caller_ttl_s: float | None = None  # blocking turns: how long the caller counts as alive
     trace_context: dict[str, Any] | None = None
+    assistant_message_id: str | None = None  # a continuation extends this reply
+    awaiting_approval: bool = False
+    extends: dict[str, Any] | None = None  # that reply as the turn that asked stored it
+
+
+@dataclass(frozen=True)
+class ApprovalAsked:
+    """A tool call an attempt stopped at, to wait for a human's approval."""
+
+    approval_id: str
+    tool_name: str
+    tool_call_id: str
+    input: Any
+
+
+@dataclass(frozen=True)
+class ApprovalAnswer:
+    """What a continuation applies to a tool call that waited: run it, or tell the model no."""
+
+    approval_id: str
+    tool_call_id: str
+    approved: bool
+    reason: str | None
 
 
 @dataclass(frozen=True)
@@ -87,6 +112,7 @@ class HeadBrief:
     kind: Kind
     status: Status
     messages_applied: bool
+    awaiting_approval: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,6 +159,7 @@ class Idle(StrEnum):
     BUSY = "busy"  # another holder has the agent's lease
     IDLE = "idle"  # no turn waits
     CALLER = "caller"  # the head is a blocking turn only its own caller can run
+    APPROVAL = "approval"  # the head waits for a human to answer a tool call's approval
     UNKNOWN_AGENT = "unknown-agent"  # no agent row has this id (deleted)
     UNREGISTERED = "unregistered"  # this process does not serve the agent's type
 

@@ -2,7 +2,8 @@
 
 ``Status`` is a turn's stored status (``SubmissionStatus`` in the public API is this enum);
 ``FinalStatus`` the four a finished turn can have (the type of a blocking call's result);
-``StopKind`` why a running attempt was told to stop; ``Kind`` what admitted a turn.
+``StopKind`` why a running attempt was told to stop; ``Kind`` what admitted a turn;
+``ApprovalStatus`` where a tool call's approval stands.
 """
 
 from __future__ import annotations
@@ -48,6 +49,20 @@ class StopKind(StrEnum):
     def interrupts(self) -> bool:
         """The attempt stops but the turn is not over: another attempt continues it."""
         return self in (StopKind.STALLED, StopKind.LEASE_LOST)
+
+
+class ApprovalStatus(StrEnum):
+    """A tool call's approval: open (``pending``), or closed with one of the other four."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    EXPIRED = "expired"  # open past ``approval_timeout_s``: the call is denied
+    CANCELLED = "cancelled"  # its submission was cancelled: the conversation moves on
+
+    @property
+    def approved(self) -> bool:
+        return self is ApprovalStatus.APPROVED
 
 
 INTERRUPTED: Final = "interrupted"  # an attempt's result when it was interrupted (not a status)

@@ -26,9 +26,9 @@ from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.engine import Connection
 from think_jobs.domain import policy
-from think_jobs.domain.records import Claim, TurnRecord
+from think_jobs.domain.records import ApprovalAnswer, Claim, TurnRecord
 from think_jobs.domain.status import INTERRUPTED, Status, StopKind
-from think_jobs.engine import continuation, events
+from think_jobs.engine import approvals, continuation, events
 from think_jobs.engine.lease import Lease, LeaseLost
 from think_jobs.engine.model_loop import RunOutcome, TurnRunner
 from think_jobs.engine.ports import AgentHooks, Services
@@ -132,6 +132,7 @@ class Attempt:
         self.attempt_started = time.monotonic()
         self.first_chunk_seen = False
         self.chunks_published = metrics.CHUNKS_PUBLISHED.labels(agent.agent_type)
+        self.answers: list[ApprovalAnswer] = []  # a continuation's answered approvals
 
     # -- running -------------------------------------------------------------------------------
 
@@ -170,7 +171,17 @@ class Attempt:
             return Finished(self._failed(self._assembler(None), failed.error))
         if self.claim.recovering:
             return self._resume(history)
+        if self.turn.trigger == approvals.APPROVAL_TRIGGER:
+            return self._answer_approvals(history)
         return self._run_with_hooks(self._context(history), self._assembler(None))
+
+    def _answer_approvals(self, history: list[UIMessage]) -> Ending:
+        """A continuation of a turn that stopped at tool calls needing approval: the reply it
+        extends, and the answers the model loop applies before the model goes on."""
+        own_id = self.turn.assistant_message_id
+        self.answers = approvals.answers_for(self.services, self.turn)
+        context = self._context([m for m in history if m.id != own_id])
+        return self._run_with_hooks(context, self._assembler(approvals.extended(self.turn)))
 
     def _run_with_hooks(self, context: TurnContext, assembler: MessageAssembler) -> Ending:
         try:
@@ -191,7 +202,10 @@ class Attempt:
         """Continue after an attempt that died or stalled (messages were applied)."""
         own_id = self.turn.assistant_message_id
         stored = next((m for m in history if m.id == own_id), None)
-        recovered = continuation.recover(self.turn, self.writer.prefix, stored)
+        seed = approvals.extended(self.turn)  # an approval continuation's stream extends it
+        recovered = continuation.recover(self.turn, self.writer.prefix, stored, seed=seed)
+        if seed is not None:  # answers not applied yet apply now
+            self.answers = approvals.answers_for(self.services, self.turn)
         metrics.RECOVERIES.labels(self.agent.agent_type, "continuation").inc()
         self._store_recovered(recovered)
         log.info("turn resumed", extra={**self.log_fields(), "finished": recovered.finished})
@@ -289,6 +303,8 @@ class Attempt:
             should_stop=lambda: self.watch.stopped,
             max_steps=self.agent.max_steps or self.services.settings.max_steps,
             depth_limit=self.services.settings.max_json_depth,
+            answers=self.answers,
+            first_step=_steps_so_far(assembler) if self.answers else 0,
         )
         return runner.run()
 
@@ -414,6 +430,11 @@ def store_reply(conn: Connection, turn: TurnRecord, message: UIMessage, lease: L
     conversation_ops.upsert_message(
         conn, turn.agent_id, message.to_wire(), turn_id=turn.id, now=lease.db_now
     )
+
+
+def _steps_so_far(assembler: MessageAssembler) -> int:
+    """How many model steps the reply being extended already has."""
+    return sum(1 for part in assembler.message.parts if part.type == "step-start")
 
 
 def _safely(hook: Callable[..., Any], *args: Any) -> None:

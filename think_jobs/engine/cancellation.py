@@ -1,7 +1,8 @@
 """Stopping turns from any process: the database status first, then a Redis revocation flag.
 
 The status is the record (a cancelled submission is ``aborted`` from that moment, and no later
-write overwrites it); the flag is how the executor learns within one chunk. If Redis is down
+write overwrites it; its open tool approvals are cancelled with it, and so is the continuation
+that waited for them); the flag is how the executor learns within one chunk. If Redis is down
 the executor still sees the status at its next heartbeat. A turn that never ran still gets
 the end of its stream, so followers do not wait forever. Who runs next after a pending turn
 was cancelled is ``handoff``'s decision.
@@ -16,7 +17,7 @@ from think_jobs.db.engine import Connection
 from think_jobs.domain.policy import SKIPPED_BY_RESET
 from think_jobs.domain.records import TurnRecord
 from think_jobs.domain.status import Status
-from think_jobs.engine import events, followups, handoff
+from think_jobs.engine import approvals, events, followups, handoff
 from think_jobs.engine.ports import AgentHooks, Services
 from think_jobs.errors import BrokerUnavailableError
 from think_jobs.transport import flags
@@ -41,12 +42,17 @@ def cancel_turn(
         return
     with services.db.write() as conn:
         turn = turn_ops.get_turn(conn, agent_id, request_id)
-        if turn is None or not turn.active or (submissions_only and not turn.is_submission):
+        if turn is None or (submissions_only and not turn.is_submission):
             return
-        ended = turn_ops.end_turn(conn, turn.id, status=Status.ABORTED, error=reason)
+        ended = None
+        if turn.active:
+            ended = turn_ops.end_turn(conn, turn.id, status=Status.ABORTED, error=reason)
+        continuations = approvals.cancel_for_turns(conn, [turn])  # its approvals go with it
     if ended is not None:
         followups.send_after_end(services, turn.id, ended)
         _after_abort(services, agent, turn, reason)
+    for continuation in continuations:
+        _after_abort(services, agent, continuation, approvals.CANCELLED_REASON)
 
 
 def abort_running(services: Services, agent: AgentHooks, reason: str | None) -> None:
@@ -74,6 +80,7 @@ def reset_turns(services: Services, agent: AgentHooks) -> None:
         active = turn_ops.active_turns(conn, agent_id)
         skipped = [t for t in active if t.status is Status.PENDING and _skip(conn, t)]
         aborted = [t for t in active if t.status is Status.RUNNING and _abort(conn, t)]
+        approvals.cancel_for_turns(conn, skipped)  # their continuations were just skipped
     for turn in skipped:
         _announce_end(services, agent, turn, Status.SKIPPED, _skip_error(turn))
     for turn in aborted:

@@ -36,10 +36,15 @@ class Recovered:
 
 
 def recover(
-    turn: TurnRecord, streamed: list[StreamEvent] | None, stored: UIMessage | None
+    turn: TurnRecord,
+    streamed: list[StreamEvent] | None,
+    stored: UIMessage | None,
+    *,
+    seed: UIMessage | None = None,
 ) -> Recovered:
     """Rebuild the partial reply of ``turn`` from the events its stream held (None: it could
-    not be read), else from ``stored``."""
+    not be read), else from ``stored``. ``seed``: the reply the stream extends (a tool
+    approval's continuation streams only what it adds)."""
     message_id = turn.assistant_message_id or turn.request_id
     if streamed is None:
         log.warning("stream of %s unreadable; continuing from the stored partial", turn.request_id)
@@ -48,7 +53,7 @@ def recover(
     if not chunks:
         fallback = stored or UIMessage(id=message_id, role="assistant", parts=[])
         return Recovered(fallback, finished=False, buffer_length=len(events))
-    assembler = MessageAssembler(message_id)
+    assembler = MessageAssembler(message_id, parts=seed.parts if seed is not None else None)
     finished = False
     for raw in chunks:
         chunk = parse_chunk(raw)

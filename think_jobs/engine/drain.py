@@ -7,7 +7,8 @@ turns takes one slot at a time and waits its round like everyone else.
 The sweeper runs in every worker (a thread, every ``sweep_interval_s``): it enqueues a drain
 for agents that have pending work but no live lease, which covers submissions accepted while
 the broker was down, drain messages lost with a Redis restart, and orphaned turns whose
-executor died (their lease expires, recovery takes over).
+executor died (their lease expires, recovery takes over). It also expires tool approvals left
+open past ``approval_timeout_s`` (``engine.approvals``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import weakref
 
 from think_jobs.db import agents as agent_ops
 from think_jobs.domain.records import AgentRef, Drained, Idle, NotClaimed
-from think_jobs.engine import execution, followups, handoff
+from think_jobs.engine import approvals, execution, followups, handoff
 from think_jobs.engine.ports import Services
 from think_jobs.errors import AgentNotRegisteredError, ThinkJobsError
 from think_jobs.transport import flags
@@ -94,8 +95,9 @@ def _log_unregistered(services: Services, agent_type: str) -> None:
 
 
 def sweep(services: Services) -> int:
-    """Enqueue a drain for every agent with pending work and no live lease, and send the
-    follow-ups of ended turns nobody sent; returns how many drains were enqueued."""
+    """Enqueue a drain for every agent with pending work and no live lease, send the
+    follow-ups of ended turns nobody sent, and expire tool approvals open past
+    ``approval_timeout_s``; returns how many drains were enqueued."""
     with services.db.read() as conn:
         agent_ids = agent_ops.agents_needing_a_drain(conn, limit=_SWEEP_BATCH)
     sent = 0
@@ -103,6 +105,7 @@ def sweep(services: Services) -> int:
         if _mark_swept(services, agent_id) and services.dispatch.enqueue_drain(agent_id):
             sent += 1
     followups.send_due(services)
+    approvals.expire_overdue(services)
     return sent
 
 

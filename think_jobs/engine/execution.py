@@ -9,7 +9,9 @@ as its epoch (taking it over first when an earlier attempt may have written to i
 
 - ``Finished``: the reply and the final status in one fenced transaction — which also gives the
   lease back when nothing runs inside the turn afterwards (no hook, no caller, no next turn
-  to keep it for) — then the stream's ``done`` and the hooks, then the release;
+  to keep it for), and stores the approvals the turn stopped at with the continuation that
+  takes its place in line (``engine.approvals``) — then the stream's ``done`` and the hooks,
+  then the release;
 - ``Interrupted`` by a stall: the partial reply is stored and the turn handed back to recovery;
 - ``Interrupted`` because the lease was lost: nothing is written and nothing released, since
   another attempt owns the turn now. A stale attempt therefore never writes anything.
@@ -32,9 +34,9 @@ from think_jobs.db import agents as agent_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.engine import Connection
-from think_jobs.domain.records import AgentRef, Claim, NotClaimed, Released
+from think_jobs.domain.records import AgentRef, Claim, NotClaimed, Released, TurnRecord
 from think_jobs.domain.status import INTERRUPTED, Status, StopKind
-from think_jobs.engine import followups, handoff, queueing
+from think_jobs.engine import approvals, followups, handoff, queueing
 from think_jobs.engine.attempt import (
     LEASE_LOST,
     Attempt,
@@ -243,6 +245,7 @@ class _Run:
         self.keep_lease = keep_lease
         self.released: Released | None = None
         self.following: Claimed | NotClaimed | None = None
+        self.continuation: TurnRecord | None = None  # admitted when the turn asked approvals
         self.lost = False
 
     def perform(self) -> TurnResult:
@@ -267,11 +270,16 @@ class _Run:
                     status, error = stored.status, stored.error
             if outcome.has_content:
                 store_reply(conn, turn, outcome.message, self.tools.lease)
+            if outcome.asked and ended is not None:
+                asked, reply = outcome.asked, outcome.message
+                self.continuation = approvals.hold_place(conn, turn, asked, reply)
             if self.release_with_final:
                 self.released = Released(turn_ops.head_brief(conn, turn.agent_id))
             if self.claim_with_final:
                 self.following = self._claim_following(conn)
         followups.send_after_end(self.services, turn.id, ended)
+        if self.continuation is not None:
+            approvals.announce_continuation(self.attempt.agent, self.continuation)
         return Written(status, error, by_us=ended is not None)
 
     def _claim_following(self, conn: Connection) -> Claimed | NotClaimed:

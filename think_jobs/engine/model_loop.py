@@ -4,14 +4,19 @@ The runner pulls chunks from the model step by step, frames them (``start``, ``s
 ``finish-step``, ``finish``), feeds them to the assembler that builds the assistant message,
 hands each to ``emit`` (which publishes it), and checks ``should_stop`` between chunks so a
 cancelled turn stops within one chunk. Server tools run between steps.
+
+A call of a tool that needs approval is not run: its part gets ``tool-approval-request`` and
+the loop ends after that step (``RunOutcome.asked``); the turn's continuation later applies
+the answers (``answers``: run the tool, or ``tool-output-denied``) before the model goes on.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from think_jobs.assembly import MessageAssembler
@@ -23,13 +28,16 @@ from think_jobs.chunks import (
     FinishStepChunk,
     StartChunk,
     StartStepChunk,
+    ToolApprovalRequestChunk,
     ToolOutputAvailableChunk,
+    ToolOutputDeniedChunk,
     ToolOutputErrorChunk,
     parse_chunk,
 )
+from think_jobs.domain.records import ApprovalAnswer, ApprovalAsked
 from think_jobs.domain.status import FinalStatus
 from think_jobs.limits import value_problem
-from think_jobs.messages import DynamicToolPart, ToolPart, UIMessage
+from think_jobs.messages import DynamicToolPart, ToolApproval, ToolPart, UIMessage
 from think_jobs.models.base import Model, ModelRequest
 from think_jobs.observe import tracing
 from think_jobs.tools import Tool
@@ -46,6 +54,7 @@ class RunOutcome:
     error: str | None
     message: UIMessage
     has_content: bool
+    asked: tuple[ApprovalAsked, ...] = ()  # tool calls waiting for a human's approval
 
 
 class _Stopped(Exception):
@@ -69,11 +78,15 @@ class TurnRunner:
     should_stop: Callable[[], bool]
     max_steps: int
     depth_limit: int = 64  # JSON nesting a chunk may carry (what is stored must read back)
+    answers: Sequence[ApprovalAnswer] = ()  # a continuation's answered approvals
+    first_step: int = 0  # steps the reply already has (a continuation goes on counting)
+    asked: list[ApprovalAsked] = field(default_factory=list, init=False)
 
     def run(self) -> RunOutcome:
         """Run the whole tool loop; never raises for model or tool failures."""
         self._send(StartChunk(message_id=self.assembler.message_id))
         try:
+            self._apply_answers()
             self._steps()
         except _Stopped:
             return self._aborted()
@@ -85,14 +98,36 @@ class TurnRunner:
         return self._outcome("completed", None)
 
     def _steps(self) -> None:
-        for step in range(self.max_steps):
+        for step in range(self.first_step, self.first_step + self.max_steps):
             self._check_stop()
             self._send(StartStepChunk())
             with tracing.span("think_jobs.model_step", attributes={"think_jobs.step": step}):
                 self._stream_step(step)
             self._send(FinishStepChunk())
-            if not self._run_pending_tools():
+            if not self._run_pending_tools() or self.asked:
                 return
+
+    def _apply_answers(self) -> None:
+        """Answered approvals of tool calls still waiting: run the tool, or say it was denied."""
+        waiting = {
+            part.tool_call_id: part
+            for part in self.assembler.message.parts
+            if isinstance(part, ToolPart | DynamicToolPart)
+            and part.state in ("approval-requested", "approval-responded")
+        }
+        for answer in self.answers:
+            part = waiting.get(answer.tool_call_id)
+            if part is None:
+                continue  # answered by an earlier attempt of this continuation
+            self._check_stop()
+            approval = ToolApproval(
+                id=answer.approval_id, approved=answer.approved, reason=answer.reason
+            )
+            self.assembler.respond(part.tool_call_id, approval)
+            if answer.approved:
+                self._send(self._run_tool(part))
+            else:
+                self._send(ToolOutputDeniedChunk(tool_call_id=part.tool_call_id))
 
     def _stream_step(self, step: int) -> None:
         request = replace(self.request, messages=self._conversation(), step=step)
@@ -123,7 +158,8 @@ class TurnRunner:
         return [*self.request.messages, self.assembler.message]
 
     def _run_pending_tools(self) -> bool:
-        """Execute server tools whose input is available; True if any ran (call the model again)."""
+        """Execute server tools whose input is available (or ask for their approval); True if
+        any ran or waits (the model is called again, unless an approval is waited for)."""
         ran = False
         for part in self.assembler.message.parts:
             if isinstance(part, ToolPart | DynamicToolPart) and part.state == "input-available":
@@ -131,14 +167,26 @@ class TurnRunner:
                 if tool is None and part.provider_executed:
                     continue
                 self._check_stop()
-                with tracing.span(
-                    "think_jobs.tool", attributes={"think_jobs.tool": part.tool_name}
-                ):
-                    result = _execute_tool(tool, part.tool_name, part.tool_call_id, part.input)
-                    result = _bounded_output(result, self.depth_limit)
-                self._send(result)
+                if tool is not None and _needs_approval(tool, part.input):
+                    self._ask(part)
+                else:
+                    self._send(self._run_tool(part))
                 ran = True
         return ran
+
+    def _run_tool(self, part: ToolPart | DynamicToolPart) -> Chunk:
+        tool = self.request.tools.get(part.tool_name)
+        with tracing.span("think_jobs.tool", attributes={"think_jobs.tool": part.tool_name}):
+            result = _execute_tool(tool, part.tool_name, part.tool_call_id, part.input)
+            return _bounded_output(result, self.depth_limit)
+
+    def _ask(self, part: ToolPart | DynamicToolPart) -> None:
+        """Stop at this call: it runs once a human approves it (``respond_to_approval``)."""
+        asked = ApprovalAsked(uuid.uuid4().hex, part.tool_name, part.tool_call_id, part.input)
+        self.asked.append(asked)
+        self._send(
+            ToolApprovalRequestChunk(approval_id=asked.approval_id, tool_call_id=asked.tool_call_id)
+        )
 
     def _send(self, chunk: Chunk) -> None:
         self.assembler.feed(chunk)
@@ -153,7 +201,9 @@ class TurnRunner:
         return self._outcome("aborted", None)
 
     def _outcome(self, status: RunStatus, error: str | None) -> RunOutcome:
-        return RunOutcome(status, error, self.assembler.message, self.assembler.has_content)
+        message, has_content = self.assembler.message, self.assembler.has_content
+        asked = tuple(self.asked) if status == "completed" else ()
+        return RunOutcome(status, error, message, has_content, asked)
 
 
 def _iterate(model: Model, request: ModelRequest) -> Iterator[Chunk | Mapping[str, Any]]:
@@ -163,11 +213,19 @@ def _iterate(model: Model, request: ModelRequest) -> Iterator[Chunk | Mapping[st
         raise _ModelFailed(_describe(error)) from error
 
 
+_OURS = frozenset({"tool-approval-request", "tool-output-denied"})  # only the loop sends these
+
+
 def _parse_model_chunk(raw_iterator_item: Chunk | Mapping[str, Any], depth_limit: int) -> Chunk:
     try:
         chunk = parse_chunk(raw_iterator_item)
     except Exception as error:
         raise _ModelFailed(f"model produced an invalid chunk: {error}") from error
+    if chunk.type in _OURS:
+        raise _ModelFailed(
+            f"model produced a {chunk.type} chunk: approvals come from tools declared with "
+            "needs_approval, not from the model"
+        )
     problem = json_problem(chunk, depth_limit)
     if problem is not None:
         raise _ModelFailed(f"model produced a chunk that could not be stored: {problem}")
@@ -212,6 +270,15 @@ def _close(stream: Iterator[Any]) -> None:
 def _describe(error: BaseException) -> str:
     text = str(error)
     return text if text else type(error).__name__
+
+
+def _needs_approval(tool: Tool, raw_input: Any) -> bool:
+    """The tool's rule for this input; a rule that raises asks (never runs unapproved)."""
+    try:
+        return tool.approval_needed(raw_input)
+    except Exception:
+        log.exception("needs_approval of tool %s raised; asking for approval", tool.name)
+        return True
 
 
 def _execute_tool(tool: Tool | None, name: str, call_id: str, raw_input: Any) -> Chunk:

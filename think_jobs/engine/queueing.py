@@ -10,7 +10,9 @@ Ordering lives in the database, not in Redis or Celery:
   is always the agent's head: the lowest ``seq`` that is pending or running. A running head
   found by a new lease holder was orphaned by a dead executor and goes to recovery first.
   The common case, a submission at the head not yet begun, is started by one conditional
-  UPDATE that finds the head and marks it running (``turns.start_fresh_head``).
+  UPDATE that finds the head and marks it running (``turns.start_fresh_head``). A head that
+  waits for a tool call's approval (``awaiting_approval``, see ``engine.approvals``) is not
+  claimed: the lease is given back and the turns behind it wait.
 - **Release** frees the lease and, in the same transaction, looks at the new head, so a turn
   admitted at that instant is never stranded: the releaser enqueues a drain for it (worker
   turns) or wakes the waiting caller (blocking turns).
@@ -172,6 +174,8 @@ def _claim_head(
     caller_turn_id: int | None,
 ) -> Claim | NotClaimed | None:
     """Claim ``head``, or say why not; None means "the head changed, look again"."""
+    if head.awaiting_approval:  # a continuation holding its place until a human answers
+        return NotClaimed(Idle.APPROVAL, head)
     if head.status is Status.RUNNING:
         return _recover_orphan(conn, head, holder, max_recoveries)
     if head.kind is Kind.BLOCKING and head.id != caller_turn_id and not head.messages_applied:

@@ -21,7 +21,7 @@ from think_jobs.db.engine import ConcurrentWrite
 from think_jobs.domain import policy
 from think_jobs.domain.records import Admission, NewTurn, TurnRecord
 from think_jobs.domain.status import TERMINAL, Kind, Status
-from think_jobs.engine import cancellation, events, handoff, queueing
+from think_jobs.engine import approvals, cancellation, events, handoff, queueing
 from think_jobs.engine.ports import AgentHooks, Services
 from think_jobs.errors import BrokerUnavailableError, InvalidInputError, UnknownCursorError
 from think_jobs.limits import Limits
@@ -169,7 +169,11 @@ def inspect(
     found = inspection_of(turn)
     if found.status is not SubmissionStatus.PENDING:
         return found
-    reason = waiting_reason(services, agent.agent_type)
+    reason: str | None = None
+    if turn.awaiting_approval:
+        reason = approvals.waiting_reason(services, turn)
+    else:
+        reason = waiting_reason(services, agent.agent_type)
     return found.model_copy(update={"waiting_reason": reason})
 
 

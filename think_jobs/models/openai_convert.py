@@ -39,7 +39,7 @@ from think_jobs.tools import Tool
 OpenAIMessage = dict[str, Any]
 AnyToolPart = ToolPart | DynamicToolPart
 
-_ANSWERED_STATES = frozenset({"output-available", "output-error"})
+_ANSWERED_STATES = frozenset({"output-available", "output-error", "output-denied"})
 
 
 def to_openai_messages(system: str, messages: Sequence[UIMessage]) -> list[OpenAIMessage]:
@@ -137,6 +137,13 @@ def _tool_call(part: AnyToolPart) -> dict[str, Any]:
 def _tool_result(part: AnyToolPart) -> OpenAIMessage:
     if part.state == "output-error":
         content = part.error_text or "tool call failed"
+    elif part.state == "output-denied":
+        reason = part.approval.reason if part.approval is not None else None
+        content = (
+            f"The user denied this tool call: {reason}"
+            if reason
+            else "The user denied this tool call."
+        )
     elif isinstance(part.output, str):
         content = part.output
     else:

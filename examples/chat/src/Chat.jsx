@@ -1,8 +1,12 @@
 // One useChat chat is one think-jobs agent: the chat id is the agent's name, and the transport
 // talks to think-jobs with its defaults (POST {api}, reconnect at {api}/{id}/stream). Only the
-// Authorization header is added.
+// Authorization header is added. A tool call that needs approval shows Approve and Deny: the
+// SDK's own addToolApprovalResponse, then sendAutomaticallyWhen POSTs the answer to the chat.
 import { useChat } from "@ai-sdk/react";
-import { DefaultChatTransport } from "ai";
+import {
+  DefaultChatTransport,
+  lastAssistantMessageIsCompleteWithApprovalResponses,
+} from "ai";
 import { useState } from "react";
 
 function text(message) {
@@ -12,10 +16,39 @@ function text(message) {
     .join("");
 }
 
-function Message({ message }) {
+function ToolCall({ part, onAnswer }) {
+  const waiting = part.state === "approval-requested";
+  return (
+    <div className="tool" data-tool={part.type} data-tool-state={part.state}>
+      {part.type.slice("tool-".length)} {JSON.stringify(part.input)}: {part.state}
+      {waiting && (
+        <>
+          <button type="button" onClick={() => onAnswer(part.approval.id, true)}>
+            Approve
+          </button>
+          <button type="button" onClick={() => onAnswer(part.approval.id, false)}>
+            Deny
+          </button>
+        </>
+      )}
+    </div>
+  );
+}
+
+function Message({ message, onAnswer }) {
+  const tools = message.parts.filter((part) => part.type.startsWith("tool-"));
   return (
     <li className={`message ${message.role}`} data-role={message.role} data-id={message.id}>
-      {text(message)}
+      {tools.length === 0 ? (
+        text(message)
+      ) : (
+        <>
+          <span className="text">{text(message)}</span>
+          {tools.map((part) => (
+            <ToolCall key={part.toolCallId} part={part} onAnswer={onAnswer} />
+          ))}
+        </>
+      )}
     </li>
   );
 }
@@ -26,11 +59,14 @@ export function Chat({ agentType, agentName, token, initialMessages }) {
   const [transport] = useState(() => new DefaultChatTransport({ api, headers }));
   const [turnStatus, setTurnStatus] = useState("");
   const [draft, setDraft] = useState("");
-  const { messages, sendMessage, regenerate, status, error } = useChat({
+  const { messages, sendMessage, regenerate, status, error, addToolApprovalResponse } = useChat({
     id: agentName,
     messages: initialMessages,
     resume: true,
     transport,
+    // Once every approval of the last reply is answered, POST it: think-jobs runs the tool
+    // (or tells the model it was denied) and streams the rest of that reply.
+    sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
     // think-jobs ends every turn's stream with a transient part carrying the turn's status.
     onData: (part) => {
       if (part.type === "data-think-status") setTurnStatus(part.data.status);
@@ -49,11 +85,15 @@ export function Chat({ agentType, agentName, token, initialMessages }) {
   const stop = () =>
     fetch(`${api}/${encodeURIComponent(agentName)}/stop`, { method: "POST", headers });
   const last = messages[messages.length - 1];
+  const answer = (id, approved) => {
+    setTurnStatus("");
+    addToolApprovalResponse({ id, approved, reason: approved ? undefined : "denied in the chat" });
+  };
   return (
     <section className="chat" data-status={status}>
       <ol className="messages">
         {messages.map((message) => (
-          <Message key={message.id} message={message} />
+          <Message key={message.id} message={message} onAnswer={answer} />
         ))}
       </ol>
       <p className="status">
