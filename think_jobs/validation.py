@@ -16,7 +16,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from think_jobs.errors import EmptySubmissionError, InvalidInputError, MessageValidationError
-from think_jobs.limits import Limits, has_control_characters, over_limit, value_problem
+from think_jobs.limits import (
+    Limits,
+    has_control_characters,
+    is_unicode,
+    over_limit,
+    value_problem,
+)
 from think_jobs.messages import UIMessage, coerce_messages
 from think_jobs.settings import Settings
 
@@ -35,8 +41,11 @@ __all__ = [
     "key",
     "optional_id",
     "optional_key",
+    "reason",
     "submission_messages",
 ]
+
+REASON_MAX_CHARS = 2000  # a cancel's or an approval answer's reason (stored, shown to people)
 
 EMPTY_SUBMISSION = "submit_messages requires at least one message"
 ID_MAX_CHARS = 255
@@ -148,6 +157,22 @@ def body_object(value: Mapping[str, Any] | None, *, limits: Limits) -> dict[str,
         )
     result: dict[str, Any] = json.loads(encoded)
     return result
+
+
+def reason(value: object, name: str = "reason") -> str | None:
+    """A cancel's or an approval answer's reason: text of at most ``REASON_MAX_CHARS`` that
+    the database can store (no NUL, no lone surrogate), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{name}: expected a string, got {type(value).__name__}")
+    if len(value) > REASON_MAX_CHARS:
+        raise InvalidInputError(
+            f"{name}: {len(value)} characters; at most {REASON_MAX_CHARS} are kept, shorten it"
+        )
+    if "\x00" in value or not is_unicode(value):
+        raise InvalidInputError(f"{name}: contains NUL or a lone surrogate, which cannot be stored")
+    return value
 
 
 def clamp(value: int, low: int, high: int, name: str) -> int:

@@ -247,6 +247,27 @@ def test_unknown_approvals_and_bad_answers_are_errors_that_say_what_to_fix(
         agent.respond_to_approval("nope", "yes")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("reason", "says"),
+    [("x" * 2001, "2001 characters; at most 2000"), ("a\x00b", "NUL"), ("\ud800", "surrogate")],
+)
+def test_a_reason_that_cannot_be_stored_is_refused_and_changes_nothing(
+    jobs: ThinkJobs, reason: str, says: str
+) -> None:
+    agent = jobs.get_agent(Payer, "a")
+    first = agent.submit_messages([user("pay")])
+    with worker(jobs):
+        approval = asked(agent)
+        with pytest.raises(InvalidInputError, match=f"reason: .*{says}"):
+            agent.respond_to_approval(approval.approval_id, False, reason)
+        assert agent.list_approvals(status="pending") == [approval]
+        queued = agent.submit_messages([user("next")])
+        with pytest.raises(InvalidInputError, match=f"reason: .*{says}"):
+            agent.cancel_submission(queued.submission_id, reason)
+        assert agent.inspect_submission(queued.submission_id).status == "pending"  # type: ignore[union-attr]
+        assert agent.inspect_submission(first.submission_id).status == "completed"  # type: ignore[union-attr]
+
+
 class Slow(Payer):
     script = [
         Reply(

@@ -27,6 +27,7 @@ from think_jobs.db import approvals as approval_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.engine import Connection
+from think_jobs import validation
 from think_jobs.domain.records import ApprovalAnswer, ApprovalAsked, NewTurn, TurnRecord
 from think_jobs.domain.status import ApprovalStatus, Kind, Status
 from think_jobs.engine import events
@@ -140,8 +141,7 @@ def respond(
     """Answer an approval; an approval already closed is returned as it is (a no-op)."""
     if not isinstance(approved, bool):
         raise InvalidInputError(f"approved: expected true or false, got {approved!r}")
-    if reason is not None and not isinstance(reason, str):
-        raise InvalidInputError(f"reason: expected a string, got {type(reason).__name__}")
+    reason = validation.reason(reason)
     agent_id = services.agents.agent_id_of(agent, create=False)
     if agent_id is None:
         raise UnknownApprovalError(f"no approval {approval_id!r} for agent {agent.address}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+from think_jobs import validation
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.engine import Connection
 from think_jobs.domain.policy import SKIPPED_BY_RESET
@@ -37,6 +38,7 @@ def cancel_turn(
     submissions_only: bool,
 ) -> None:
     """Abort a pending or running turn; unknown or finished turns are left alone."""
+    reason = validation.reason(reason)
     agent_id = services.agents.agent_id_of(agent, create=False)
     if agent_id is None:
         return
