@@ -23,11 +23,11 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from think_jobs import validation
 from think_jobs.db import approvals as approval_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.engine import Connection
-from think_jobs import validation
 from think_jobs.domain.records import ApprovalAnswer, ApprovalAsked, NewTurn, TurnRecord
 from think_jobs.domain.status import ApprovalStatus, Kind, Status
 from think_jobs.engine import events
