@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import update
 
-from tests.support.builders import buffer_key, user
+from tests.support.builders import buffer_key, user, wait_until
 from think_jobs import Think, ThinkJobs
 from think_jobs.db.dialect import db_now_plus
 from think_jobs.db.tables import agents
@@ -26,6 +26,7 @@ from think_jobs.domain.records import Drained
 from think_jobs.engine import drain as worker
 from think_jobs.engine.execution import INTERRUPTED, Claimed, TurnResult, claim, run_and_release
 from think_jobs.engine.queueing import AgentRef
+from think_jobs.engine.watch import TurnWatch, WatchTimings
 from think_jobs.messages import message_text
 from think_jobs.models import ModelRequest
 from think_jobs.replay import assemble
@@ -190,3 +191,39 @@ def test_a_stale_attempt_resumed_while_the_new_one_streams_adds_nothing_to_its_s
     assert [r.interruption for r in results] == ["lease_lost"]
     resume(agent.name, owner, attempt=2)
     assert_one_reply_matching_its_stream(agent, submission, "a1 a2 a3 b1 b2")
+
+
+# -- a lease claimed before its attempt starts --------------------------------------------------
+
+
+def test_a_watch_renews_at_once_a_lease_claimed_a_while_before_its_attempt(
+    make_jobs: Any,
+) -> None:
+    """A drain claims the next turn in the final write of the one before, then delivers that
+    turn (its stream's end may wait 2 s for an unreachable Redis): the new attempt's lease has
+    aged before its watch starts. The watch renews it at once instead of a heartbeat interval
+    after it started, which came too late (seen: turns re-run after a Redis-only cut)."""
+    jobs = make_jobs(lease_ttl_s=3)
+    jobs.register(Gated)
+    agent = jobs.get_agent(Gated, "a")
+    agent.submit_messages([user("hi")])
+    agent_id = jobs.agent_id_of(agent, create=True)
+    assert agent_id is not None
+    claimed = claim(jobs.services, AgentRef(agent_id, "Gated", "a"))
+    assert isinstance(claimed, Claimed)
+    lease = claimed.lease
+    lease.valid_until -= 2.5  # claimed 2.5 s before the attempt: 0.5 s of the lease left
+    lease.safety_s = 0.2
+    aged = lease.valid_until
+    watch = TurnWatch(
+        lease,
+        claimed.claim.turn,
+        revocations=jobs.services.revocations,
+        revocation_key=jobs.keys.revoked(agent.address, claimed.claim.turn.id),
+        timings=WatchTimings(heartbeat_s=1.0, poll_s=0.02),
+    ).start()
+    try:
+        wait_until(lambda: lease.valid_until > aged + 2)  # renewed through the fence
+        assert watch.reason is None  # not stopped as "could not be renewed in time"
+    finally:
+        watch.close()

@@ -369,7 +369,12 @@ class Attempt:
     def interrupted(self, ending: Interrupted) -> TurnResult:
         """The attempt was handed to recovery (stalled) or lost its turn to another attempt."""
         reason = ending.reason
-        log.warning("turn interrupted", extra={**self.log_fields(), "reason": reason.kind})
+        log.warning(
+            "turn interrupted (%s: %s)",
+            reason.kind,
+            reason.text or "no detail",
+            extra={**self.log_fields(), "reason": reason.kind},
+        )
         metrics.RECOVERIES.labels(self.agent.agent_type, reason.kind).inc()
         if self.callback is not None:
             self._guard_callback("on_interrupted")

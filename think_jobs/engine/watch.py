@@ -126,7 +126,7 @@ class TurnWatch:
     # -- the watch: the heartbeat (database only), signals, stall, the local lease bound -----
 
     def _loop(self) -> None:
-        next_heartbeat = time.monotonic() + self._timings.heartbeat_s
+        next_heartbeat = self._first_heartbeat()
         while not self._closed.wait(self._timings.poll_s):
             self._check_local_and_stall()
             if time.monotonic() >= next_heartbeat:
@@ -135,6 +135,14 @@ class TurnWatch:
                     return
             if not self._lease.locally_valid():
                 self.stop(StopKind.LEASE_LOST, "the lease could not be renewed in time")
+
+    def _first_heartbeat(self) -> float:
+        """A heartbeat interval after the lease was last renewed, not after the watch began:
+        a lease claimed in the previous turn's final write has aged by that turn's delivery
+        (its stream's end waits up to ``done_timeout_s`` for an unreachable Redis)."""
+        lease, interval = self._lease, self._timings.heartbeat_s
+        renewed = lease.valid_until - lease.ttl_s  # when the last renewal was sent
+        return min(time.monotonic() + interval, renewed + interval)
 
     def _heartbeat(self) -> bool:
         """Renew the lease; False once it is lost (nothing more to watch for)."""
