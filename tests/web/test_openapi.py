@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 import schemathesis
@@ -83,6 +85,21 @@ def one_idempotency_key(case: Case) -> bool:
     return header is None or field is None or header == field
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def sent_as_generated(case: Case) -> bool:
+    """Positive cases whose path values reach the server as something else are left out:
+    schemathesis unquotes a value before quoting it, so a generated ``%11`` (valid text) is
+    sent as the byte 0x11, which no identifier may hold (seen: a valid request id
+    "rejected"). Control bytes are what that turns valid text into."""
+    meta = case.meta
+    if meta is not None and meta.generation.mode is GenerationMode.NEGATIVE:
+        return True
+    values = (case.path_parameters or {}).values()
+    return not any(isinstance(v, str) and _CONTROL.search(unquote(v)) for v in values)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["postgres"])
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
@@ -102,7 +119,12 @@ def test_fuzz_the_api_against_its_document(web_jobs: ThinkJobs, mode: Generation
 
     strategies = [op.as_strategy(generation_mode=mode) for op in operations]
 
-    @given(case=st.one_of(*strategies).filter(one_idempotency_key).filter(keeps_its_flaw))
+    @given(
+        case=st.one_of(*strategies)
+        .filter(one_idempotency_key)
+        .filter(keeps_its_flaw)
+        .filter(sent_as_generated)
+    )
     @settings(
         max_examples=int(os.environ.get("FUZZ_EXAMPLES", "200")),
         deadline=None,
