@@ -4,6 +4,7 @@ test), real Celery workers. A service that cannot be reached fails the run loudl
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import uuid
@@ -154,3 +155,12 @@ def _clean_redis(redis_url: str, settings_env: dict[str, str]) -> None:
 @pytest.fixture
 def jobs(make_jobs: Callable[..., ThinkJobs]) -> ThinkJobs:
     return make_jobs()
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage() -> Iterator[None]:
+    """Collect garbage as each test ends, so that an unclosed connection or file is reported
+    (pytest turns ResourceWarning into an error) by the test that left it, not by whichever
+    later test the collector happens to run in."""
+    yield
+    gc.collect()

@@ -50,7 +50,9 @@ def test_the_record_names_the_turn_running_in_any_pool(
         return [(task.task, task.agent) for w in jobs.live_workers() for task in w.running]
 
     with worker_processes(env, count=1, concurrency=2, pool=pool):
-        assert wait_until(running) == [("think_jobs.drain", "Recorder:busy")]
+        # (a second drain of the agent may show too, for the moment it takes to find the
+        # lease held: the sweeper's and the submission's nudges can both arrive)
+        wait_until(lambda: ("think_jobs.drain", "Recorder:busy") in running())
         wait_for_status(agent, result.submission_id, "completed")
         wait_until(lambda: jobs.live_workers() and running() == [])
 
