@@ -87,6 +87,16 @@ def _started(
             heartbeat.stop()
             if background is not None:
                 background.stop()
+    _wait_for_running_tasks(controller)
+
+
+def _wait_for_running_tasks(controller: Any) -> None:
+    """Celery's test worker stops with a terminate, which leaves the threads pool's running
+    tasks running: wait for them, so that nothing of this worker still uses ``jobs`` (its
+    database connections) once the block is left."""
+    executor = getattr(getattr(controller, "pool", None), "executor", None)
+    if executor is not None:
+        executor.shutdown(wait=True)
 
 
 def wait_until(

@@ -194,19 +194,6 @@ def _tools(
     services: Services, agent: AgentHooks, claim: Claim, lease: Lease, caller: CallerTurn | None
 ) -> Tools:
     turn = claim.turn
-    ref = StreamRef(agent.address, turn.request_id, turn.id)
-    writer = StreamWriter(
-        services.clients.turn_stream(),  # held until the attempt ends (``run_and_release``)
-        services.keys,
-        ref,
-        epoch=turn.attempt,
-        ttl_s=services.settings.stream_ttl_s,
-        prefix=[] if turn.attempt <= 1 else None,  # a first attempt's stream is empty
-        may_send=lease.locally_valid,
-        done_timeout_s=services.settings.broker_publish_timeout_s,
-    )
-    if turn.attempt > 1:
-        writer.take_over()  # before the partial is read: nothing stale can be added after
     watch = TurnWatch(
         lease,
         turn,
@@ -217,8 +204,29 @@ def _tools(
         ),
         signal=caller.signal if caller else None,
         stall_timeout_s=agent.stall_timeout_s,
+    ).start()  # first: taking a stream connection may wait on an unreachable Redis
+    try:
+        writer = _writer(services, agent, turn, lease)
+    except BaseException:
+        watch.close()
+        raise
+    return Tools(lease, watch, writer)
+
+
+def _writer(services: Services, agent: AgentHooks, turn: TurnRecord, lease: Lease) -> StreamWriter:
+    writer = StreamWriter(
+        services.clients.turn_stream(),  # held until the attempt ends (``run_and_release``)
+        services.keys,
+        StreamRef(agent.address, turn.request_id, turn.id),
+        epoch=turn.attempt,
+        ttl_s=services.settings.stream_ttl_s,
+        prefix=[] if turn.attempt <= 1 else None,  # a first attempt's stream is empty
+        may_send=lease.locally_valid,
+        done_timeout_s=services.settings.broker_publish_timeout_s,
     )
-    return Tools(lease, watch.start(), writer)
+    if turn.attempt > 1:
+        writer.take_over()  # before the partial is read: nothing stale can be added after
+    return writer
 
 
 class _Run:
