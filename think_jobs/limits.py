@@ -26,7 +26,15 @@ if TYPE_CHECKING:
     from think_jobs.settings import Settings
 
 MAX_JSON_DEPTH_CAP = 128
-MAX_ID_CHARS = 255  # message ids are stored in a VARCHAR(255) column
+ID_MAX_CHARS = 255  # ids and keys (message ids are stored in a VARCHAR(255) column)
+REASON_MAX_CHARS = 2000  # a cancel's or an approval answer's reason (stored, shown to people)
+REASON_PATTERN = r"^[^\x00]*$"  # PostgreSQL text cannot hold NUL
+# Regular expressions without look-arounds, so JSON Schema, Python and Rust read them alike.
+# An id: printable ASCII without "/" (spaces only inside), and neither "." nor "..".
+_VISIBLE, _NO_DOT, _ANY = r"[\x21-\x2e\x30-\x7e]", r"[\x21-\x2d\x30-\x7e]", r"[\x20-\x2e\x30-\x7e]"
+IDENTIFIER_PATTERN = rf"^(?:{_NO_DOT}|{_NO_DOT}{_VISIBLE}|\.{_NO_DOT}|{_VISIBLE}{_ANY}+{_VISIBLE})$"
+# A key (idempotency keys, webhook delivery ids, which travel in headers): the same, no spaces.
+KEY_PATTERN = rf"^(?:{_NO_DOT}{_VISIBLE}*|\.(?:{_NO_DOT}{_VISIBLE}*|\.{_VISIBLE}+))$"
 _SCALARS = (str, int, float, bool, type(None))
 Key = str | int
 Chain = tuple["Chain", Key] | None  # a path as a linked list: O(1) per node walked

@@ -23,6 +23,7 @@ from pydantic import (
     Discriminator,
     Field,
     StrictBool,
+    StringConstraints,
     Tag,
     TypeAdapter,
     ValidationError,
@@ -34,7 +35,10 @@ from think_jobs.errors import MessageValidationError, StoredMessageError
 from think_jobs.json_text import array_elements, leading_id
 from think_jobs.limits import (
     DEFAULT_LIMITS,
-    MAX_ID_CHARS,
+    ID_MAX_CHARS,
+    IDENTIFIER_PATTERN,
+    REASON_MAX_CHARS,
+    REASON_PATTERN,
     Limits,
     entries,
     has_control_characters,
@@ -87,11 +91,19 @@ class ReasoningPart(WireModel):
 
 
 class ToolApproval(WireModel):
-    """A tool call's approval (AI SDK v6+): its id, and once answered the decision and why."""
+    """A tool call's approval (AI SDK v6+): its id, and once answered the decision and why.
+    The id follows the id rule and the reason the rule of a stored reason, so that an answer
+    read from a message can be looked up and stored."""
 
-    id: str
+    id: Annotated[
+        str,
+        StringConstraints(min_length=1, max_length=ID_MAX_CHARS, pattern=IDENTIFIER_PATTERN),
+    ]
     approved: StrictBool | None = None
-    reason: str | None = None
+    reason: (
+        Annotated[str, StringConstraints(max_length=REASON_MAX_CHARS, pattern=REASON_PATTERN)]
+        | None
+    ) = None
 
 
 class _ToolCallPart(WireModel):
@@ -379,9 +391,9 @@ def _label_problems(message: UIMessage, path: str) -> list[str]:
 
 
 def _label_problem(label: str, where: str) -> str | None:
-    if len(label) <= MAX_ID_CHARS:
+    if len(label) <= ID_MAX_CHARS:
         return None
-    return f"{where}: {len(label)} characters; the limit is {MAX_ID_CHARS}"
+    return f"{where}: {len(label)} characters; the limit is {ID_MAX_CHARS}"
 
 
 def coerce_messages(

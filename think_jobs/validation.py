@@ -17,6 +17,11 @@ from typing import Any
 
 from think_jobs.errors import EmptySubmissionError, InvalidInputError, MessageValidationError
 from think_jobs.limits import (
+    ID_MAX_CHARS,
+    IDENTIFIER_PATTERN,
+    KEY_PATTERN,
+    REASON_MAX_CHARS,
+    REASON_PATTERN,
     Limits,
     has_control_characters,
     is_unicode,
@@ -33,6 +38,8 @@ __all__ = [
     "ID_MAX_CHARS",
     "KEY_PATTERN",
     "MAX_IDEMPOTENCY_KEY_LENGTH",
+    "REASON_MAX_CHARS",
+    "REASON_PATTERN",
     "agent_name",
     "clamp",
     "has_control_characters",
@@ -45,18 +52,9 @@ __all__ = [
     "submission_messages",
 ]
 
-REASON_MAX_CHARS = 2000  # a cancel's or an approval answer's reason (stored, shown to people)
-
 EMPTY_SUBMISSION = "submit_messages requires at least one message"
-ID_MAX_CHARS = 255
 AGENT_NAME_MAX_CHARS = 200
 MAX_IDEMPOTENCY_KEY_LENGTH = 512
-# Regular expressions without look-arounds, so JSON Schema, Python and Rust read them alike.
-# An id: printable ASCII without "/" (spaces only inside), and neither "." nor "..".
-_VISIBLE, _NO_DOT, _ANY = r"[\x21-\x2e\x30-\x7e]", r"[\x21-\x2d\x30-\x7e]", r"[\x20-\x2e\x30-\x7e]"
-IDENTIFIER_PATTERN = rf"^(?:{_NO_DOT}|{_NO_DOT}{_VISIBLE}|\.{_NO_DOT}|{_VISIBLE}{_ANY}+{_VISIBLE})$"
-# A key (idempotency keys, webhook delivery ids, which travel in headers): the same, no spaces.
-KEY_PATTERN = rf"^(?:{_NO_DOT}{_VISIBLE}*|\.(?:{_NO_DOT}{_VISIBLE}*|\.{_VISIBLE}+))$"
 _RULES = {
     IDENTIFIER_PATTERN: "use printable ASCII without '/' (spaces only inside), not '.' or '..'",
     KEY_PATTERN: "use printable ASCII from ! to ~ (no spaces) without '/', not '.' or '..'",

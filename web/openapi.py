@@ -17,7 +17,7 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic.json_schema import models_json_schema
 from werkzeug.routing import Rule
 
-from think_jobs.limits import MAX_ID_CHARS, Limits
+from think_jobs.limits import Limits
 from think_jobs.validation import ID_MAX_CHARS, KEY_PATTERN
 from web import auth, security
 from web.errors import ApiError, register_json_errors
@@ -196,15 +196,15 @@ def _with_limits(name: str, schema: dict[str, Any]) -> dict[str, Any]:
     limits = Limits.of(current_extension().jobs.settings)
     for label in _LABELS:
         if label in properties:
-            properties[label] = _string_limits(properties[label], maxLength=MAX_ID_CHARS)
+            properties[label] = _string_limits(properties[label], maxLength=ID_MAX_CHARS)
     if name == "UIMessage":
-        id_limits = {"maxLength": MAX_ID_CHARS, "pattern": _NO_CONTROL}
+        id_limits = {"maxLength": ID_MAX_CHARS, "pattern": _NO_CONTROL}
         properties["id"] = _string_limits(properties["id"], **id_limits)
         properties["parts"] = {**properties["parts"], "maxItems": limits.parts_per_message}
     elif name == "ChatMessage":  # its id follows the id rule already
         properties["parts"] = {**properties["parts"], "maxItems": limits.parts_per_message}
     elif "id" in properties:  # a part's own id
-        properties["id"] = _string_limits(properties["id"], maxLength=MAX_ID_CHARS)
+        properties["id"] = _string_limits(properties["id"], maxLength=ID_MAX_CHARS)
     if name == "SubmitBody":
         most = limits.messages_per_submission
         properties["messages"] = {**properties["messages"], "maxItems": most}

@@ -34,6 +34,8 @@ from think_jobs.validation import (
     ID_MAX_CHARS,
     IDENTIFIER_PATTERN,
     KEY_PATTERN,
+    REASON_MAX_CHARS,
+    REASON_PATTERN,
 )
 
 # Ids travel in URLs: the core's rule (printable ASCII without "/", not "." or ".."), so every
@@ -53,7 +55,7 @@ AgentName = Annotated[
 SEQ_DIGITS = 18
 EVENT_ID_PATTERN = rf"^[0-9]{{1,{SEQ_DIGITS}}}$"
 WEBHOOK_TIMESTAMP_PATTERN = r"^[0-9]{1,12}$"  # Standard Webhooks: Unix seconds
-Reason = Annotated[str, StringConstraints(max_length=2000, pattern=r"^[^\x00]*$")]
+Reason = Annotated[str, StringConstraints(max_length=REASON_MAX_CHARS, pattern=REASON_PATTERN)]
 _RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 
 

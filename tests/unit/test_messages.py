@@ -268,3 +268,29 @@ def test_a_validated_message_with_an_answered_approval_validates_again() -> None
     }
     message = coerce_message({"id": "m", "role": "assistant", "parts": [part]})
     assert coerce_messages([message]) == [message]
+
+
+@pytest.mark.parametrize(
+    ("approval", "field"),
+    [
+        ({"id": "a/1", "approved": True}, "approval.id"),
+        ({"id": "", "approved": True}, "approval.id"),
+        ({"id": "a1", "approved": False, "reason": "x" * 2001}, "approval.reason"),
+        ({"id": "a1", "approved": False, "reason": "no\x00"}, "approval.reason"),
+    ],
+)
+def test_an_approval_that_could_not_be_looked_up_or_stored_is_refused(
+    approval: dict[str, Any], field: str
+) -> None:
+    """An approval's id follows the id rule and its reason the stored reason's (at most 2,000
+    characters, no NUL): the chat route answers approvals read from messages, so what a message
+    may carry is what an answer may be (the API document says so too)."""
+    part = {
+        "type": "tool-pay",
+        "toolCallId": "c",
+        "state": "approval-responded",
+        "input": {},
+        "approval": approval,
+    }
+    with pytest.raises(MessageValidationError, match=rf"parts\[0\]\.{field}"):
+        coerce_message({"id": "m", "role": "assistant", "parts": [part]})

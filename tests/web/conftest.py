@@ -3,7 +3,6 @@ database and Redis, the standalone app built on it, and a Flask test client."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,11 +10,9 @@ from typing import TYPE_CHECKING
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from werkzeug.serving import make_server
 
 from tests.apps.agents import Recorder, Support
-from tests.support.processes import free_port
-from tests.web.support import FULL_TOKEN, READ_TOKEN, SECRET_KEY, WEBHOOK_SECRET
+from tests.web.support import FULL_TOKEN, READ_TOKEN, SECRET_KEY, WEBHOOK_SECRET, served
 from think_jobs import ThinkJobs
 from web import create_app
 
@@ -65,12 +62,8 @@ def client(app: Flask) -> FlaskClient:
 def base_url(app: Flask) -> Iterator[str]:
     """``app`` served over real HTTP on a free loopback port (threaded, as in production)."""
     app.testing = False
-    server = make_server("127.0.0.1", free_port(), app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.port}"
-    server.shutdown()
-    thread.join(10)
+    with served(app) as url:
+        yield url
 
 
 @pytest.fixture

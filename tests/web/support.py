@@ -1,15 +1,23 @@
-"""Helpers of the web tests: tokens, headers, an SSE parser, logging in through the form."""
+"""Helpers of the web tests: tokens, headers, an SSE parser, logging in through the form, and
+an app served over real HTTP."""
 
 from __future__ import annotations
 
 import json
 import re
+import socket
+import threading
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
+from flask import Flask
 from flask.testing import FlaskClient
+from werkzeug.serving import ThreadedWSGIServer
 from werkzeug.test import TestResponse
+
+from tests.support.processes import free_port
 
 FULL_TOKEN = "tj-full-7b0c9d0e5f5a4c7e9a1b"
 READ_TOKEN = "tj-read-3c1f2e4d5a6b7c8d9e0f"
@@ -81,3 +89,48 @@ def csrf_from(page: str) -> str:
 def log_in(client: FlaskClient, token: str, prefix: str = "/admin") -> TestResponse:
     page = client.get(f"{prefix}/login").get_data(as_text=True)
     return client.post(f"{prefix}/login", data={"token": token, "csrf_token": csrf_from(page)})
+
+
+class _Server(ThreadedWSGIServer):
+    """Werkzeug's threaded server, keeping its connections so that they can be ended and waited
+    for (its own threads are daemons, left running after ``shutdown()``: a keep-alive connection
+    from a page still open went on being served, and used the database after the test closed it)."""
+
+    def __init__(self, app: Flask) -> None:
+        super().__init__("127.0.0.1", free_port(), app)
+        self.connections: list[tuple[socket.socket, threading.Thread]] = []
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(
+            target=self.process_request_thread, args=(request, client_address), daemon=True
+        )
+        self.connections.append((request, thread))
+        thread.start()
+
+    def end_connections(self) -> int:
+        """Shut every connection and wait for its thread; how many did not end in 10 s."""
+        for connection, _ in self.connections:
+            with suppress(OSError):  # already closed by its handler
+                connection.shutdown(socket.SHUT_RDWR)
+        for _, thread in self.connections:
+            thread.join(10)
+        return sum(thread.is_alive() for _, thread in self.connections)
+
+
+@contextmanager
+def served(app: Flask) -> Iterator[str]:
+    """``app`` on a free loopback port (threaded, as in production); leaving the block stops
+    the server, ends the connections it was serving and waits for them (a page still open
+    sees the server gone)."""
+    server = _Server(app)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+        running = server.end_connections()
+        if running:
+            raise RuntimeError(f"{running} request(s) still being served 10 s after shutdown")

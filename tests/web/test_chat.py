@@ -386,6 +386,12 @@ def test_the_document_describes_the_chat_routes(client: FlaskClient) -> None:
         schemas["ChatMessage"]["properties"]["id"]["pattern"]
         == (schemas["SubmitBody"]["properties"]["submission_id"]["anyOf"][0]["pattern"])
     )
+    approval = schemas["ToolApproval"]["properties"]  # what the POST answers must be storable
+    assert approval["id"]["pattern"] == chat_body["properties"]["id"]["pattern"]
+    assert (
+        approval["reason"]["anyOf"][0]
+        == schemas["ApprovalAnswer"]["properties"]["reason"]["anyOf"][0]
+    )
     resume = document["paths"]["/api/agents/{agent_type}/chat/{agent_name}/stream"]["get"]
     assert set(resume["responses"]) >= {"200", "204"}
     assert [p["name"] for p in resume["parameters"]] == [

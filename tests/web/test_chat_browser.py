@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,13 +23,12 @@ from typing import Any
 import pytest
 import redis
 from playwright.sync_api import Browser, Locator, Page, expect
-from werkzeug.serving import make_server
 
 from examples.chat.server import ASKING, NOT_REFUNDED, REFUNDED, Chat, create_app, reply_to
 from tests.support.builders import texts, wait_for_status, wait_until
-from tests.support.processes import ROOT, free_port
+from tests.support.processes import ROOT
 from tests.web.conftest import TEST_CONFIG
-from tests.web.support import FULL_TOKEN
+from tests.web.support import FULL_TOKEN, served
 from think_jobs import ModelRequest, ThinkJobs
 from think_jobs.testing import worker
 
@@ -100,12 +98,8 @@ def chat_server(web_jobs: ThinkJobs, sdk: str, chat_builds: Path) -> Iterator[st
     assert (chat_builds / sdk / "index.html").exists()
     web_jobs.register(GatedChat)
     app = create_app(web_jobs, build=sdk, config={**TEST_CONFIG, "TESTING": False})
-    server = make_server("127.0.0.1", free_port(), app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.port}/chat/"
-    server.shutdown()
-    thread.join(10)
+    with served(app) as url:
+        yield f"{url}/chat/"
 
 
 @pytest.fixture
