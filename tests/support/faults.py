@@ -187,9 +187,11 @@ _PROCESS_EVENTS = frozenset({"killed", "stopped", "resumed"})
 
 def _runs(events: list[dict[str, Any]]) -> dict[str, list[tuple[int, int, str]]]:
     """Per agent: (start, end, label) of each model call. A killed call ends at its kill; a
-    call whose process was stopped (SIGSTOP) ends at the stop when another call of the agent
-    started before it resumed — it had lost the turn, and what it did after resuming is judged
-    by the stream and the database, which must show none of it (``zombie_tails``)."""
+    call whose process was stopped (SIGSTOP) for longer than the lease ends at the stop when
+    another call of the agent started after the stop, before it ended: its lease lapsed while
+    it was frozen, so it had lost the turn (whether the takeover came during the stop or, its
+    slots busy, after the resume), and what it did after resuming is judged by the stream and
+    the database, which must show none of it, and by ``zombie_tails``."""
     ordered = sorted(events, key=lambda e: e["tick"])
     kills = {e["pid"]: e["tick"] for e in ordered if e["what"] == "killed"}
     open_calls: dict[tuple[str, str, int], int] = {}
@@ -214,41 +216,51 @@ def _runs(events: list[dict[str, Any]]) -> dict[str, list[tuple[int, int, str]]]
 def _effective_end(
     ordered: list[dict[str, Any]], agent: str, pid: int, start: int, end: int
 ) -> int:
-    """The stop of ``pid`` during [start, end] if another call of ``agent`` started while it
-    was stopped (it was superseded there); else ``end``."""
-    for event in ordered:
-        if not start < event["tick"] < end or event.get("pid") != pid:
+    """The stop of ``pid`` during [start, end] that outlasted the lease, if another call of
+    ``agent`` started after it and before ``end`` (it was superseded there); else ``end``."""
+    for stop in _long_stops(ordered):
+        if stop["pid"] != pid or not start < stop["tick"] < end:
             continue
-        if event["what"] == "stopped":
-            resumed = _next(ordered, event["tick"], "resumed", pid)
-            if any(
-                e["what"] == "start"
-                and e.get("agent") == agent
-                and event["tick"] < e["tick"] < resumed
-                for e in ordered
-            ):
-                return int(event["tick"])
+        if any(
+            e["what"] == "start" and e.get("agent") == agent and stop["tick"] < e["tick"] < end
+            for e in ordered
+        ):
+            return int(stop["tick"])
     return end
 
 
-def _next(ordered: list[dict[str, Any]], after: int, what: str, pid: int) -> int:
+def _long_stops(ordered: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The stops that lasted longer than the lease TTL they name."""
+    found = []
+    for stop in (e for e in ordered if e["what"] == "stopped"):
+        resumed = _resume_of(ordered, stop)
+        lasted = (resumed["t"] if resumed is not None else float("inf")) - stop["t"]
+        if lasted > stop["lease_ttl_s"]:
+            found.append(stop)
+    return found
+
+
+def _resume_of(ordered: list[dict[str, Any]], stop: dict[str, Any]) -> dict[str, Any] | None:
     return next(
-        (e["tick"] for e in ordered if e["tick"] > after and e["what"] == what and e["pid"] == pid),
-        10**12,
+        (
+            e
+            for e in ordered
+            if e["tick"] > stop["tick"] and e["what"] == "resumed" and e["pid"] == stop["pid"]
+        ),
+        None,
     )
 
 
 def zombie_tails(events: list[dict[str, Any]]) -> list[int]:
-    """For each model call a stop froze and that was superseded meanwhile: how many chunks it
-    yielded after its process resumed (a resumed attempt that lost its turn must stop within
-    one chunk)."""
+    """For each model call a stop froze for longer than the lease: how many chunks it yielded
+    after its process resumed (its lease lapsed while it was frozen, so a resumed attempt must
+    stop within one chunk, whether or not another has taken its turn yet)."""
     ordered = sorted(events, key=lambda e: e["tick"])
     tails = []
-    for stop in (e for e in ordered if e["what"] == "stopped"):
-        resumed = _next(ordered, stop["tick"], "resumed", stop["pid"])
-        for call in _open_at(ordered, stop):
-            if _superseded(ordered, call, stop["tick"], resumed):
-                tails.append(_chunks_after(ordered, call, resumed))
+    for stop in _long_stops(ordered):
+        resumed = _resume_of(ordered, stop)
+        after = 10**12 if resumed is None else resumed["tick"]
+        tails.extend(_chunks_after(ordered, call, after) for call in _open_at(ordered, stop))
     return tails
 
 
@@ -265,15 +277,6 @@ def _open_at(ordered: list[dict[str, Any]], stop: dict[str, Any]) -> list[dict[s
         else:
             calls.pop(key, None)
     return list(calls.values())
-
-
-def _superseded(
-    ordered: list[dict[str, Any]], call: dict[str, Any], stop: int, resumed: int
-) -> bool:
-    return any(
-        e["what"] == "start" and e.get("agent") == call["agent"] and stop < e["tick"] < resumed
-        for e in ordered
-    )
 
 
 def _chunks_after(ordered: list[dict[str, Any]], call: dict[str, Any], resumed: int) -> int:

@@ -122,14 +122,15 @@ def busy_worker(
 # -- the faults --------------------------------------------------------------------------------
 
 
-def pause(jobs: ThinkJobs, process: WorkerProcess, seconds: float) -> None:
+def pause(jobs: ThinkJobs, process: WorkerProcess, seconds: float, *, lease_ttl_s: float) -> None:
     """SIGSTOP the worker for ``seconds`` (longer than the lease TTL), then SIGCONT it; both
-    go in the journal (the stop once the process is stopped, the resume before it runs)."""
+    go in the journal (the stop once the process is stopped, with the lease TTL it outlasts;
+    the resume before it runs)."""
     pid = process.process.pid
     os.killpg(pid, signal.SIGSTOP)
     wait_until(lambda: _state(pid) == "T", 10, interval_s=0.005)
     journal = Journal(jobs)
-    journal.write({"what": "stopped", "pid": pid, "t": time.time()})
+    journal.write({"what": "stopped", "pid": pid, "t": time.time(), "lease_ttl_s": lease_ttl_s})
     time.sleep(seconds)  # the fault itself: the process is frozen this long
     journal.write({"what": "resumed", "pid": pid, "t": time.time()})
     os.killpg(pid, signal.SIGCONT)
@@ -156,7 +157,7 @@ def zombies(
             target = busy_worker(jobs, processes, ready, admitted)
             if target is None:
                 break
-            pause(jobs, target, 3 * ttl_s)
+            pause(jobs, target, 3 * ttl_s, lease_ttl_s=ttl_s)
             injected += 1
         name = "SIGSTOP before the final write" if before_final_write else "SIGSTOP mid-stream"
         report = finish(jobs, admitted, Report(f"{name} (3x lease TTL)", faults=injected))
