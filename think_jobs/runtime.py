@@ -22,6 +22,7 @@ from think_jobs.db import agents as agent_ops
 from think_jobs.db import dashboard as dashboard_ops
 from think_jobs.db import migrate as migrations
 from think_jobs.db.engine import Database
+from think_jobs.domain import policy
 from think_jobs.domain.status import Status
 from think_jobs.engine import schedules
 from think_jobs.engine.ports import Services
@@ -32,7 +33,7 @@ from think_jobs.errors import (
     ThinkJobsError,
 )
 from think_jobs.keys import Keys
-from think_jobs.observe import logs
+from think_jobs.observe import logs, metrics
 from think_jobs.reports import AgentCounts, DashboardData, Health, StuckRule
 from think_jobs.results import WorkerRecord
 from think_jobs.scheduled_task import validate_scheduled_tasks
@@ -251,6 +252,20 @@ class ThinkJobs:
         """The live workers and beats (their presence records); raises
         ``BrokerUnavailableError`` when Redis cannot tell."""
         return presence.live_workers(self.clients.redis, self.keys)
+
+    def waiting_reason(
+        self, agent_type: str, *, workers: list[WorkerRecord] | None = None
+    ) -> str | None:
+        """Why a pending turn of ``agent_type`` cannot start given the live ``workers`` (read
+        from Redis when not given), or None when a live worker consumes the queue and serves
+        the type."""
+        found = self.live_workers() if workers is None else workers
+        return policy.waiting_reason(found, queue=self.settings.queue, agent_type=agent_type)
+
+    def metrics_text(self) -> bytes:
+        """The Prometheus text exposition of this process's think-jobs metrics plus the queue
+        gauges read from the database (what the web's ``/metrics`` serves)."""
+        return metrics.exposition(self)
 
     def dashboard(self, *, rule: StuckRule | None = None) -> DashboardData:
         """The admin dashboard's snapshot, read in one transaction."""

@@ -18,7 +18,6 @@ from markupsafe import Markup
 
 from think_jobs import reports as queries
 from think_jobs.context import utcnow
-from think_jobs.domain.policy import waiting_reason
 from think_jobs.errors import BrokerUnavailableError
 from think_jobs.results import WorkerRecord
 from web.charts import Axis, Chart, Frame, Series, bar_chart, line_chart, number
@@ -73,10 +72,9 @@ def waiting_reasons(
     """Why the pending turns of a type wait, for the types that no live worker serves."""
     if workers is None:
         return {row.agent_type: "cannot tell which workers are live (Redis)" for row in found}
-    queue = current_extension().jobs.settings.queue
+    jobs = current_extension().jobs
     reasons = {
-        row.agent_type: waiting_reason(workers, queue=queue, agent_type=row.agent_type)
-        for row in found
+        row.agent_type: jobs.waiting_reason(row.agent_type, workers=workers) for row in found
     }
     return {agent_type: reason for agent_type, reason in reasons.items() if reason}
 

@@ -1,5 +1,5 @@
 """``/metrics``: Prometheus text exposition of this process's think-jobs metrics plus the queue
-gauges read from the database (``think_jobs.observe.metrics.exposition``).
+gauges read from the database (``ThinkJobs.metrics_text``).
 
 Protected like the read API: a read or full bearer token (or an admin session). Setting
 ``THINK_JOBS_METRICS_PUBLIC = True`` lets anyone who can reach the route scrape it: turn it on
@@ -12,7 +12,6 @@ from __future__ import annotations
 from flask import Blueprint, Response, current_app
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from think_jobs.observe.metrics import exposition
 from web import auth, security
 from web.errors import register_json_errors
 from web.extension import current_extension
@@ -27,5 +26,5 @@ register_json_errors(bp)
 def metrics() -> Response:
     if not current_app.config["THINK_JOBS_METRICS_PUBLIC"]:
         auth.check(auth.READ)
-    body = exposition(current_extension().jobs)
+    body = current_extension().jobs.metrics_text()
     return Response(body, content_type=CONTENT_TYPE_PLAIN_0_0_4)

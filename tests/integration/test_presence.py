@@ -91,6 +91,29 @@ def test_pending_while_the_live_workers_serve_other_types(
     assert found is not None and found.waiting_reason is None
 
 
+def test_the_reason_of_a_type_from_the_facade_as_the_dashboard_asks(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    """``ThinkJobs.waiting_reason``: the live workers read once, or given (the dashboard asks
+    for several types with one read)."""
+    producer = make_jobs()
+    queue = producer.settings.queue
+    assert producer.waiting_reason("Support") == (
+        f"no live worker serves agent type Support (no live worker consumes queue {queue})"
+    )
+    serving = make_jobs(**FAST)
+    serving.register(Recorder)
+    with worker(serving, concurrency=1):
+        wait_until(lambda: producer.waiting_reason("Recorder") is None)
+        workers = producer.live_workers()
+        assert producer.waiting_reason("Recorder", workers=workers) is None
+        assert producer.waiting_reason("Support", workers=workers) == (
+            f"no live worker serves agent type Support (live workers on queue {queue} serve"
+            " Recorder)"
+        )
+    assert producer.waiting_reason("Recorder", workers=[]) is not None
+
+
 def _reason(agent: object, submission_id: str) -> str | None:
     found = agent.inspect_submission(submission_id)  # type: ignore[attr-defined]
     return None if found is None else found.waiting_reason
