@@ -24,8 +24,10 @@ from werkzeug.exceptions import HTTPException
 from think_jobs import ThinkJobs
 from think_jobs.errors import ConfigurationError
 from web import auth, security
+from web.current import Authorize, current_extension
 from web.errors import handle_as_json
-from web.extension import Authorize, ThinkJobsFlask, current_extension, proxy_fix
+from web.extension import ThinkJobsFlask
+from web.proxies import proxy_fix
 
 __all__ = ["Authorize", "ThinkJobsFlask", "create_app", "current_extension"]
 

@@ -28,8 +28,8 @@ from web import dashboard as dashboard_page
 from web.admin_auth import handle_error, login_target
 from web.api_agents import agent_list
 from web.api_streams import stored_status
+from web.current import current_extension
 from web.errors import ApiError
-from web.extension import current_extension
 from web.schemas import Identifier, StrictModel
 
 bp = Blueprint(

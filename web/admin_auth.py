@@ -8,8 +8,8 @@ from urllib.parse import urlencode
 from flask import redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
+from web.current import current_extension
 from web.errors import from_exception
-from web.extension import current_extension
 
 
 def login_target(next_path: str | None = None) -> str:

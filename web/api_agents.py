@@ -8,8 +8,8 @@ from flask import Response
 
 from think_jobs.errors import StoredMessageError
 from web import auth, params
+from web.current import current_extension
 from web.errors import unreadable_message
-from web.extension import current_extension
 from web.openapi import api_blueprint, operation
 from web.schemas import AgentList, AgentSummary, ErrorBody, MessageList
 

@@ -37,8 +37,8 @@ from think_jobs.messages import DynamicToolPart, ToolApproval, ToolPart, coerce_
 from web import auth, params, sse
 from web.api_approvals import conflict
 from web.api_streams import stream_source
+from web.current import current_extension
 from web.errors import ApiError, unreadable_message
-from web.extension import current_extension
 from web.openapi import SSE, api_blueprint, operation
 from web.schemas import CancelBody, ChatBody, ErrorBody
 

@@ -11,8 +11,8 @@ from flask import Response, request
 
 from think_jobs import StreamEvent, Think, UnknownRequestError
 from web import auth, params, sse
+from web.current import current_extension
 from web.errors import ApiError
-from web.extension import current_extension
 from web.openapi import SSE, api_blueprint, operation
 from web.schemas import CancelBody, RequestCancelled, StreamQuery
 

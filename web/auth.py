@@ -23,8 +23,8 @@ from pydantic import SecretStr
 
 from think_jobs.settings import Settings
 from web import csrf, sessions
+from web.current import Scope, current_extension
 from web.errors import ApiError
-from web.extension import Scope, current_extension
 
 READ: Scope = "read"
 WRITE: Scope = "write"

@@ -21,7 +21,7 @@ from think_jobs.context import utcnow
 from think_jobs.errors import BrokerUnavailableError
 from think_jobs.results import WorkerRecord
 from web.charts import Axis, Chart, Frame, Series, bar_chart, line_chart, number
-from web.extension import current_extension
+from web.current import current_extension
 
 WIDE = Frame(width=960, height=240)  # the depth chart spans the page
 HALF = Frame(width=470, height=240)  # latency and throughput side by side

@@ -8,36 +8,35 @@
 The extension keeps no per-app state besides ``app.extensions``: one object may serve several
 apps. Views reach it with ``current_extension()``.
 
-Behind proxies, ``proxy_fix(wsgi_app, proxies)`` is werkzeug's ProxyFix with one guard: the
-prefix it takes from ``X-Forwarded-Prefix`` (a client can send that header through a proxy
-that passes it on) must be a path, ``/something``: never ``//host`` or a scheme, which would
-turn every redirect and link into one to another site. Anything else is a 400.
+The extension sits above its blueprints: it imports them to mount them, and they know it only
+through ``web.current``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
-from flask import Blueprint, Flask, Request, current_app
-from werkzeug.middleware.proxy_fix import ProxyFix
+from flask import Blueprint, Flask, current_app
 
 from think_jobs import Think, ThinkJobs
 from think_jobs.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+from web import (
+    admin,
+    api_agents,
+    api_approvals,
+    api_chat,
+    api_streams,
+    api_submissions,
+    health,
+    metrics_endpoint,
+    openapi,
+    webhooks,
+)
+from web.current import Authorize, StreamLimits
 
 log = logging.getLogger(__name__)
-# A URL path of segments made of RFC 3986 path characters: "", "/", "/ops", "/ops/agents/".
-_PATH_PREFIX = re.compile(r"(?:/[A-Za-z0-9\-._~!$&'()*+,;=:@%]+)*/?")
-
-Scope = str  # "read" or "write"
-Authorize = Callable[[Request, Scope], bool]
 
 DEFAULT_MOUNTS: Mapping[str, str] = {
     "api": "/api",
@@ -61,28 +60,7 @@ CONFIG_DEFAULTS: Mapping[str, Any] = {
 }
 
 
-@dataclass(frozen=True)
-class StreamLimits:
-    """How long one SSE response may hold a worker thread, and how often it pings."""
-
-    heartbeat_s: float
-    max_duration_s: float
-
-
 def _blueprint_groups() -> dict[str, list[Blueprint]]:
-    from web import (
-        admin,
-        api_agents,
-        api_approvals,
-        api_chat,
-        api_streams,
-        api_submissions,
-        health,
-        metrics_endpoint,
-        openapi,
-        webhooks,
-    )
-
     return {
         "api": [api_agents.bp, api_submissions.bp, api_approvals.bp, api_chat.bp, openapi.bp],
         "streams": [api_streams.bp],
@@ -156,43 +134,3 @@ class ThinkJobsFlask:
             heartbeat_s=float(config["THINK_JOBS_SSE_HEARTBEAT_S"]),
             max_duration_s=float(config["THINK_JOBS_SSE_MAX_DURATION_S"]),
         )
-
-
-def current_extension() -> ThinkJobsFlask:
-    """The ``ThinkJobsFlask`` of the current app (inside a request or app context)."""
-    found = current_app.extensions.get("think_jobs")
-    if not isinstance(found, ThinkJobsFlask):
-        raise ConfigurationError("think-jobs is not initialised on this app (ThinkJobsFlask)")
-    return found
-
-
-def prefix_problem(script_name: str) -> str | None:
-    """Why a mount prefix (``SCRIPT_NAME``, from ``X-Forwarded-Prefix`` behind a proxy) is
-    not a plain path, or None when it is one."""
-    if _PATH_PREFIX.fullmatch(script_name):
-        return None
-    return "X-Forwarded-Prefix must be a path such as /ops (not //host, a scheme or a backslash)"
-
-
-class PathPrefixGuard:
-    """WSGI middleware: 400 unless ``SCRIPT_NAME`` is a plain path (see ``prefix_problem``)."""
-
-    def __init__(self, app: WSGIApplication) -> None:
-        self.app = app
-
-    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        problem = prefix_problem(str(environ.get("SCRIPT_NAME", "")))
-        if problem is None:
-            return self.app(environ, start_response)
-        error = {"type": "invalid_forwarded_prefix", "message": problem, "details": None}
-        body = json.dumps({"error": error}).encode()
-        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
-        start_response("400 Bad Request", headers)
-        return [body]
-
-
-def proxy_fix(app: WSGIApplication, proxies: int) -> ProxyFix:
-    """Trust ``X-Forwarded-For/Proto/Host/Prefix`` from ``proxies`` proxies, the prefix only
-    when it is a path."""
-    guarded = PathPrefixGuard(app)
-    return ProxyFix(guarded, x_for=proxies, x_proto=proxies, x_host=proxies, x_prefix=proxies)

@@ -7,7 +7,7 @@ import logging
 from flask import Response
 
 from web import auth, params
-from web.extension import current_extension
+from web.current import current_extension
 from web.openapi import api_blueprint, operation
 from web.schemas import HealthReport
 

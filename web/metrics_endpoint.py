@@ -13,8 +13,8 @@ from flask import Blueprint, Response, current_app
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from web import auth, security
+from web.current import current_extension
 from web.errors import register_json_errors
-from web.extension import current_extension
 
 bp = Blueprint("think_jobs_metrics", __name__)
 security.protect(bp)

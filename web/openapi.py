@@ -20,8 +20,8 @@ from werkzeug.routing import Rule
 from think_jobs.limits import Limits
 from think_jobs.validation import ID_MAX_CHARS, KEY_PATTERN
 from web import auth, security
+from web.current import current_extension
 from web.errors import ApiError, register_json_errors
-from web.extension import current_extension
 from web.schemas import (
     EVENT_ID_PATTERN,
     SCHEMA_MODELS,

@@ -9,8 +9,8 @@ from flask import Response, request
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from think_jobs import Think
+from web.current import current_extension
 from web.errors import ApiError, from_validation
-from web.extension import current_extension
 from web.schemas import AgentName, Identifier, Key
 
 Model = TypeVar("Model", bound=BaseModel)

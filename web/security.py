@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, request
 
+from web.current import current_extension
 from web.errors import ApiError
-from web.extension import current_extension, prefix_problem
+from web.proxies import prefix_problem
 
 _FIXED_HEADERS = {
     "X-Content-Type-Options": "nosniff",

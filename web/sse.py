@@ -26,8 +26,8 @@ from flask import Response
 
 from think_jobs.errors import BrokerUnavailableError, StorageUnavailableError
 from think_jobs.results import StreamEvent
+from web.current import StreamLimits
 from web.errors import ApiError
-from web.extension import StreamLimits
 from web.schemas import EVENT_ID_PATTERN, SEQ_DIGITS
 
 log = logging.getLogger(__name__)

@@ -40,8 +40,8 @@ from think_jobs import SubmitMessagesResult, Think
 from think_jobs.errors import ConfigurationError
 from think_jobs.settings import Settings
 from web import auth, params
+from web.current import current_extension
 from web.errors import ApiError
-from web.extension import current_extension
 from web.openapi import api_blueprint, operation
 from web.schemas import WEBHOOK_TIMESTAMP_PATTERN, ErrorBody
 
