@@ -227,3 +227,56 @@ def test_a_watch_renews_at_once_a_lease_claimed_a_while_before_its_attempt(
         assert watch.reason is None  # not stopped as "could not be renewed in time"
     finally:
         watch.close()
+
+
+# -- a process resumed after a pause longer than its lease ---------------------------------------
+
+
+def lapsed_watch(jobs: ThinkJobs, agent: Think) -> tuple[TurnWatch, Any]:
+    """The watch of a claimed turn whose lease, to this process, is past its local bound (as
+    after a pause longer than the lease): not started, so only ``confirm()`` renews it."""
+    agent_id = jobs.agent_id_of(agent, create=True)
+    assert agent_id is not None
+    claimed = claim(jobs.services, AgentRef(agent_id, agent.agent_type, agent.name))
+    assert isinstance(claimed, Claimed)
+    claimed.lease.valid_until -= 10.0
+    watch = TurnWatch(
+        claimed.lease,
+        claimed.claim.turn,
+        revocations=jobs.services.revocations,
+        revocation_key=jobs.keys.revoked(agent.address, claimed.claim.turn.id),
+        timings=WatchTimings(heartbeat_s=60.0, poll_s=60.0),
+    )
+    return watch, claimed.lease
+
+
+def test_a_resumed_attempt_whose_turn_was_taken_begins_no_model_call(make_jobs: Any) -> None:
+    """Resumed past its lease, while another worker has taken the turn: ``confirm()`` (asked
+    before each model call and tool) renews through the fence, finds the lease gone, and
+    stops the attempt, instead of starting a model call beside the new attempt's (CI: two
+    model calls of one turn at once after a SIGSTOP, the fence holding their writes)."""
+    jobs = make_jobs(lease_ttl_s=3)
+    jobs.register(Gated)
+    agent = jobs.get_agent(Gated, "taken")
+    agent.submit_messages([user("hi")])
+    watch, _ = lapsed_watch(jobs, agent)
+    expire_lease(jobs, agent)
+    agent_id = jobs.agent_id_of(agent, create=False)
+    assert agent_id is not None
+    taken = claim(jobs.services, AgentRef(agent_id, "Gated", "taken"))  # another worker
+    assert isinstance(taken, Claimed)
+    assert watch.confirm() is False
+    assert watch.reason is not None and watch.reason.kind == "lease_lost"
+
+
+def test_a_resumed_attempt_whose_lease_nobody_took_renews_it_and_goes_on(
+    make_jobs: Any,
+) -> None:
+    jobs = make_jobs(lease_ttl_s=3)
+    jobs.register(Gated)
+    agent = jobs.get_agent(Gated, "kept")
+    agent.submit_messages([user("hi")])
+    watch, lease = lapsed_watch(jobs, agent)
+    expire_lease(jobs, agent)  # expired by the database's clock, but taken by no one
+    assert watch.confirm() is True
+    assert watch.reason is None and not lease.lapsed  # renewed through the fence

@@ -125,9 +125,24 @@ def check(jobs: ThinkJobs, admitted: dict[str, list[tuple[str, str]]], report: R
         agent = jobs.get_agent(Recorder, name)
         _check_statuses(agent, entries, report)
         _check_messages(agent, entries, report)
+        overlaps = report.overlaps
         _check_order(name, runs.get(name, []), [label for label, _ in entries], report)
+        if report.overlaps > overlaps:
+            report.problems.append(timeline(events, name))
         _check_streams(agent, entries, report)
     return report
+
+
+def timeline(events: list[dict[str, Any]], agent: str) -> str:
+    """The agent's model calls and every process event, one compact line each (what a failed
+    overlap check shows, so that CI's log alone tells what happened)."""
+    lines = []
+    for event in sorted(events, key=lambda e: e["tick"]):
+        mine = event.get("agent") == agent and event["what"] in ("start", "holding", "end")
+        if mine or event["what"] in _PROCESS_EVENTS:
+            where = f"pid={event['pid']} t={event.get('t')}"
+            lines.append(f"{event['tick']} {event['what']} {event.get('label', '')} {where}")
+    return f"{agent} timeline: " + "; ".join(lines)
 
 
 def _check_streams(agent: Any, entries: list[tuple[str, str]], report: Report) -> None:

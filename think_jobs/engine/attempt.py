@@ -301,6 +301,7 @@ class Attempt:
             assembler=assembler,
             emit=self._emit,
             should_stop=lambda: self.watch.stopped,
+            may_begin=self.watch.confirm,
             max_steps=self.agent.max_steps or self.services.settings.max_steps,
             depth_limit=self.services.settings.max_json_depth,
             answers=self.answers,

@@ -56,7 +56,12 @@ class Lease:
     def locally_valid(self) -> bool:
         """False once this process cannot be sure it will still hold the lease a little while
         (``safety_s``): time to stop before anyone else may take it."""
-        return not self.released and time.monotonic() < self.valid_until - self.safety_s
+        return not self.released and not self.lapsed
+
+    @property
+    def lapsed(self) -> bool:
+        """True once the local bound (``safety_s`` before ``valid_until``) has passed."""
+        return time.monotonic() >= self.valid_until - self.safety_s
 
     @contextmanager
     def write(self, kind: str) -> Iterator[Connection]:
