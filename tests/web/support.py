@@ -4,6 +4,7 @@ an app served over real HTTP."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import threading
@@ -14,10 +15,11 @@ from typing import Any
 
 from flask import Flask
 from flask.testing import FlaskClient
+from playwright.sync_api import Page
 from werkzeug.serving import ThreadedWSGIServer
 from werkzeug.test import TestResponse
 
-from tests.support.processes import free_port
+from tests.support.processes import ROOT, free_port
 
 FULL_TOKEN = "tj-full-7b0c9d0e5f5a4c7e9a1b"
 READ_TOKEN = "tj-read-3c1f2e4d5a6b7c8d9e0f"
@@ -134,3 +136,12 @@ def served(app: Flask) -> Iterator[str]:
         running = server.end_connections()
         if running:
             raise RuntimeError(f"{running} request(s) still being served 10 s after shutdown")
+
+
+def screenshot(page: Page, name: str, *, full_page: bool = False) -> None:
+    """Save the page as ``name`` in $TJ_SCREENSHOT_DIR (``TJ_SCREENSHOT_DIR=docs`` refreshes the
+    pictures the docs show); nothing otherwise. A picture asserts nothing, and chromium on a
+    loaded machine sometimes cannot capture one ("Unable to capture screenshot", CI)."""
+    target = os.environ.get("TJ_SCREENSHOT_DIR")
+    if target:
+        page.screenshot(path=str(ROOT / target / name), full_page=full_page)

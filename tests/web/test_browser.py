@@ -2,32 +2,22 @@
 submit through the API, watch the detail page render the stream live, cancel a slow turn.
 
 Screenshots go to $TJ_SCREENSHOT_DIR when set (``TJ_SCREENSHOT_DIR=docs`` refreshes the ones
-the README shows), else to the test's temporary directory.
+the README shows); none are taken otherwise.
 """
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import pytest
 from flask import Flask
 from playwright.sync_api import Browser, Page, expect
 
 from tests.support.builders import directive
-from tests.support.processes import ROOT
-from tests.web.support import FULL, FULL_TOKEN
+from tests.web.support import FULL, FULL_TOKEN, screenshot
 from think_jobs import ThinkJobs
 from think_jobs.testing import worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("backend", ["postgres"])]
 WORDS = " ".join(f"word{i}" for i in range(12))
-
-
-@pytest.fixture
-def shots(tmp_path: Path) -> Path:
-    target = os.environ.get("TJ_SCREENSHOT_DIR")
-    return (ROOT / target) if target else tmp_path
 
 
 def submit(app_client: object, name: str, **spec: object) -> str:
@@ -41,7 +31,7 @@ def submit(app_client: object, name: str, **spec: object) -> str:
 
 
 def test_log_in_watch_a_turn_stream_live_and_cancel_a_slow_one(
-    base_url: str, browser: Browser, web_jobs: ThinkJobs, app: Flask, shots: Path
+    base_url: str, browser: Browser, web_jobs: ThinkJobs, app: Flask
 ) -> None:
     page = browser.new_page(viewport={"width": 1200, "height": 760})
     page.goto(f"{base_url}/admin/")
@@ -65,7 +55,7 @@ def test_log_in_watch_a_turn_stream_live_and_cancel_a_slow_one(
         page.reload()  # the server's record of the finished turn
         expect(page.get_by_role("button", name="Delete")).to_be_visible()
         expect(page.locator("#tj-output")).to_have_text(WORDS)
-        page.screenshot(path=str(shots / "admin-detail.png"))
+        screenshot(page, "admin-detail.png")
 
         page.goto(f"{base_url}/admin/agents/Recorder/support-7/requests/{slow}")
         expect(page.locator("#tj-output")).to_have_text("word0 word1 word2 ", timeout=30_000)
@@ -75,13 +65,13 @@ def test_log_in_watch_a_turn_stream_live_and_cancel_a_slow_one(
         expect(page.get_by_text("Cancel requested for")).to_be_visible()
         assert "word3" not in page.locator("#tj-output").inner_text()
 
-    take_overview_shots(page, base_url, shots)
+    take_overview_shots(page, base_url)
 
 
-def take_overview_shots(page: Page, base_url: str, shots: Path) -> None:
+def take_overview_shots(page: Page, base_url: str) -> None:
     page.goto(f"{base_url}/admin/")
     expect(page.get_by_role("link", name="support-42")).to_be_visible()
-    page.screenshot(path=str(shots / "admin-agents.png"))
+    screenshot(page, "admin-agents.png")
     page.goto(f"{base_url}/admin/agents/Recorder/support-7/")
     expect(page.locator(".tj-status-aborted").first).to_be_visible()
-    page.screenshot(path=str(shots / "admin-submissions.png"))
+    screenshot(page, "admin-submissions.png")

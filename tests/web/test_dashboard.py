@@ -6,13 +6,11 @@ browser (screenshot: ``TJ_SCREENSHOT_DIR=docs`` refreshes ``docs/admin-dashboard
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
@@ -24,9 +22,8 @@ from sqlalchemy import update
 
 from tests.apps.agents import Recorder
 from tests.support.builders import directive, wait_for_status
-from tests.support.processes import ROOT
 from tests.web.conftest import TEST_CONFIG
-from tests.web.support import FULL, READ_TOKEN, log_in
+from tests.web.support import FULL, READ_TOKEN, log_in, screenshot
 from think_jobs import ThinkJobs
 from think_jobs.context import utcnow
 from think_jobs.db import dashboard as queries
@@ -279,11 +276,9 @@ def test_charts_are_well_formed_svg_with_titles_and_gaps() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["postgres"])
 def test_the_dashboard_in_a_browser(
-    app: Flask, web_jobs: ThinkJobs, base_url: str, browser: Browser, tmp_path: Path
+    app: Flask, web_jobs: ThinkJobs, base_url: str, browser: Browser
 ) -> None:
     web_jobs.register(Night)
-    target = os.environ.get("TJ_SCREENSHOT_DIR")
-    shots = (ROOT / target) if target else tmp_path
     page = browser.new_page(viewport={"width": 1200, "height": 900})
     refused: list[str] = []
     page.on("console", lambda message: refused.append(message.text))
@@ -298,7 +293,7 @@ def test_the_dashboard_in_a_browser(
         chart = page.get_by_role("img", name="Queue depth, last hour").bounding_box()
         assert chart is not None and chart["width"] > 800
         expect(page.locator("#tj-stuck")).to_contain_text(history.ids["stuck-a"])
-        page.screenshot(path=str(shots / "admin-dashboard.png"), full_page=True)
+        screenshot(page, "admin-dashboard.png", full_page=True)
         page.get_by_role("link", name=history.ids["waiting"]).click()
         expect(page.get_by_role("heading", name=history.ids["waiting"])).to_be_visible()
     assert not [text for text in refused if "Content Security Policy" in text], refused
