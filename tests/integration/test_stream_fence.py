@@ -22,6 +22,7 @@ from think_jobs.keys import Keys
 from think_jobs.replay import assemble
 from think_jobs.testing import worker
 from think_jobs.transport.streams import (
+    _APPEND_LUA,
     StreamRef,
     StreamWriter,
     _append,
@@ -78,8 +79,9 @@ def test_a_send_retried_after_its_reply_was_lost_is_stored_once(
     names = _Keys.of(keys, REF)
     head = '{"request_id":"req-1","attempt":1,"seq":'
     events = [f"{head}{n}{chunk_tail(delta(str(n)))}" for n in range(3)]
+    script = jobs.redis.register_script(_APPEND_LUA)
     for _ in range(2):  # the same batch twice: the second finds it there
-        _append(jobs.redis, names, events, epoch=1, expected=0, ttl_s=60)
+        _append(script, names, events, epoch=1, expected=0, ttl_s=60)
     assert [seq for seq, _, _ in deltas(jobs.redis, keys)] == [0, 1, 2]
 
 

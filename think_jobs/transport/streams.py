@@ -36,6 +36,7 @@ from typing import Any
 
 import redis
 from redis.client import PubSub
+from redis.commands.core import Script
 
 from think_jobs import replay
 from think_jobs.domain.status import Status
@@ -162,7 +163,7 @@ class _Sent:
 
 
 def _append(
-    client: redis.Redis,
+    script: Script,
     names: _Keys,
     events: list[str],
     *,
@@ -172,7 +173,6 @@ def _append(
     seal: bool = False,
     strict: bool = False,
 ) -> _Sent:
-    script = client.register_script(_APPEND_LUA)  # EVALSHA, EVAL on a miss
     flags = ["1" if seal else "0", "1" if strict else "0"]
     args: list[str | int] = [names.channel, ttl_s, epoch, expected, *flags, *events]
     outcome, revoked, length = script(keys=[names.buffer, names.state, names.revoked], args=args)
@@ -206,6 +206,7 @@ class StreamWriter:
         done_timeout_s: float = 2.0,
     ) -> None:
         self.client = client
+        self._append_script = client.register_script(_APPEND_LUA)  # EVALSHA, EVAL on a miss
         self._names = _Keys.of(keys, ref)
         self._head = _head(ref, epoch)
         self.ref = ref
@@ -317,7 +318,7 @@ class StreamWriter:
     def _send(self, events: list[str], expected: int, *, seal: bool) -> _Sent:
         ttl_s = 0 if self._expiry_set else self._ttl_s
         sent = _append(
-            self.client, self._names, events, epoch=self.epoch, expected=expected,
+            self._append_script, self._names, events, epoch=self.epoch, expected=expected,
             ttl_s=ttl_s, seal=seal,
         )  # fmt: skip
         self.revoked = sent.revoked or self.revoked
@@ -366,6 +367,7 @@ def seal_from_store(
 def _seal_from_store(
     client: redis.Redis, names: _Keys, ref: StreamRef, end: StoredEnd, *, ttl_s: int
 ) -> None:
+    script = client.register_script(_APPEND_LUA)
     for _ in range(5):  # the buffer moved under us: read it again
         raw = client.lrange(names.buffer, 0, -1)
         events = [decode_event(item) for item in raw]
@@ -375,7 +377,7 @@ def _seal_from_store(
         head = _head(ref, STORE_EPOCH)
         encoded = [f"{head}{len(raw) + n}{tail}" for n, tail in enumerate(tails)]
         sent = _append(
-            client, names, encoded, epoch=STORE_EPOCH, expected=len(raw), ttl_s=ttl_s,
+            script, names, encoded, epoch=STORE_EPOCH, expected=len(raw), ttl_s=ttl_s,
             seal=True, strict=True,
         )  # fmt: skip
         if sent.outcome is not Outcome.MOVED:
