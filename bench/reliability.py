@@ -35,6 +35,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from bench.services import scratch_database, scratch_namespace
 from tests.apps.agents import Recorder, Staller, read_events
@@ -66,7 +67,7 @@ from tests.support.processes import (
     worker_processes,
 )
 from tests.support.proxy import proxy_to
-from think_jobs import StorageUnavailableError, ThinkJobs
+from think_jobs import StorageUnavailableError, Think, ThinkJobs
 from think_jobs.messages import message_text
 from think_jobs.testing import wait_until
 
@@ -85,7 +86,10 @@ def environment(**overrides: str) -> Iterator[tuple[ThinkJobs, dict[str, str]]]:
         env = {**namespace.env(url), **FAST, "TJ_TEST_JOURNAL": journal, **overrides}
         os.environ.update(env)  # the recorder and this process's jobs read the same settings
         settings = {k: v for k, v in env.items() if k.startswith("THINK_JOBS_")}
-        jobs = ThinkJobs(**{k.removeprefix("THINK_JOBS_").lower(): v for k, v in settings.items()})
+        options: dict[str, Any] = {
+            k.removeprefix("THINK_JOBS_").lower(): v for k, v in settings.items()
+        }
+        jobs = ThinkJobs(**options)
         try:
             yield jobs, env
         finally:
@@ -179,7 +183,11 @@ def redis_outage(scale: int) -> Report:
         with worker_processes(env, count=2, concurrency=2, app=APP):
             for restart in range(max(1, scale // 2)):
                 share = 0.8 - 0.15 * restart
-                wait_until(lambda s=share: unfinished(jobs, admitted) < 4 * 5 * scale * s, 120)
+
+                def drained_to(s: float = share) -> bool:
+                    return unfinished(jobs, admitted) < 4 * 5 * scale * s
+
+                wait_until(drained_to, 120)
                 server.stop()
                 time.sleep(2.0)  # the outage itself
                 server.start()
@@ -266,12 +274,12 @@ def _submit_some(agent: Recorder, phase: str, count: int, accepted: list[str]) -
     return refused
 
 
-def _status(agent: Recorder, submission_id: str) -> str:
+def _status(agent: Think, submission_id: str) -> str:
     found = agent.inspect_submission(submission_id)
     return found.status.value if found else "missing"
 
 
-def _all_terminal(agent: Recorder, ids: list[str]) -> bool:
+def _all_terminal(agent: Think, ids: list[str]) -> bool:
     return all(_status(agent, s) in ("completed", "error", "aborted") for s in ids)
 
 

@@ -80,7 +80,7 @@ def asked(agent: Think) -> Approval:
     def pending() -> list[Approval]:
         return agent.list_approvals(status="pending")
 
-    found = wait_until(pending)
+    found: list[Approval] = wait_until(pending)
     assert len(found) == 1
     return found[0]
 

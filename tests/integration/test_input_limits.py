@@ -23,7 +23,7 @@ from think_jobs import Think, ThinkJobs
 from think_jobs.context import utcnow
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.errors import InvalidInputError, MessageValidationError, StoredMessageError
-from think_jobs.messages import coerce_message
+from think_jobs.messages import ToolPart, coerce_message
 from think_jobs.models.base import ModelRequest
 from think_jobs.testing import worker
 from web import create_app
@@ -99,8 +99,9 @@ def test_case_6_agent_names_a_url_cannot_carry_are_refused(jobs: ThinkJobs, name
 )
 def test_case_6_ids_a_url_cannot_carry_are_refused(jobs: ThinkJobs, field: str, value: str) -> None:
     agent = jobs.get_agent(Recorder, "a")
+    options: dict[str, Any] = {field: value}
     with pytest.raises(InvalidInputError, match=field):
-        agent.submit_messages([user("hi")], **{field: value})
+        agent.submit_messages([user("hi")], **options)
     assert nothing_written(jobs, agent)
 
 
@@ -294,7 +295,9 @@ def test_accepted_input_round_trips_everywhere_and_refused_input_writes_nothing(
         base = f"/api/agents/Mirror/{agent.name}"
         assert client.get(f"{base}/messages", headers=FULL).json == {"messages": stored}
         api = client.get(f"{base}/submissions/{result.submission_id}", headers=FULL)
-        assert api.status_code == 200 and api.json["metadata"] == inspected.metadata
+        body = api.json
+        assert api.status_code == 200 and body is not None
+        assert body["metadata"] == inspected.metadata
 
     with worker(jobs):
         exchange()
@@ -370,6 +373,7 @@ def test_a_tool_whose_output_is_too_deep_reports_an_error_to_the_model(jobs: Thi
     assert agent.save_messages([user("go")]).status == "completed"
     [_, reply] = agent.get_messages()
     [tool_part] = [p for p in reply.parts if p.type == "tool-deep"]
+    assert isinstance(tool_part, ToolPart)
     assert tool_part.state == "output-error" and "the limit is 64" in (tool_part.error_text or "")
 
 

@@ -51,7 +51,10 @@ def test_metrics_move_for_a_scripted_run(jobs: ThinkJobs) -> None:
         # a cancel writes "aborted" at once; the executor counts the turn when it has stopped
         finished = ("think_jobs_turns_finished_total", "aborted")
         wait_until(lambda: sample(finished[0], **kind, status=finished[1]) > before["aborted"])
-    delta = lambda key, value: value - before[key]  # noqa: E731
+
+    def delta(key: str, value: float) -> float:
+        return value - before[key]
+
     assert (
         delta("accepted", sample("think_jobs_submissions_total", **kind, outcome="accepted")) == 3
     )

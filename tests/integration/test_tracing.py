@@ -33,6 +33,12 @@ def by_name(found: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
     return [span for span in found if span.name == name]
 
 
+def parent_id(span: ReadableSpan) -> int:
+    """The span id of the span's parent (an AssertionError for a root span)."""
+    assert span.parent is not None, span.name
+    return span.parent.span_id
+
+
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_one_submission_is_one_trace(jobs: ThinkJobs, spans: InMemorySpanExporter) -> None:
     agent = jobs.get_agent(Parent, "traced")
@@ -50,13 +56,13 @@ def test_one_submission_is_one_trace(jobs: ThinkJobs, spans: InMemorySpanExporte
     assert parent_turn.parent is not None and parent_turn.parent.span_id == accept.context.span_id
     wait = by_name(found, "think_jobs.queue_wait")
     assert any(
-        s.context.trace_id == trace_id and s.parent.span_id == accept.context.span_id for s in wait
-    )  # type: ignore[union-attr]
+        s.context.trace_id == trace_id and parent_id(s) == accept.context.span_id for s in wait
+    )
     steps = [
         s
         for s in by_name(found, "think_jobs.model_step")
-        if s.parent.span_id == parent_turn.context.span_id
-    ]  # type: ignore[union-attr]
+        if parent_id(s) == parent_turn.context.span_id
+    ]
     assert len(steps) == 2  # the tool call, then the answer
     tool = by_name(found, "think_jobs.tool")[0]
     assert tool.parent is not None and tool.parent.span_id == parent_turn.context.span_id

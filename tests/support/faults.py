@@ -106,7 +106,11 @@ def kill_workers_while_running(
     done = 0
     for k in range(kills):
         threshold = (k + 1) * total // (kills + 2)
-        wait_until(lambda t=threshold: total - unfinished(jobs, admitted) >= t, 120)
+
+        def finished_enough(t: int = threshold) -> bool:
+            return total - unfinished(jobs, admitted) >= t
+
+        wait_until(finished_enough, 120)
         victim = workers.pop(k % len(workers))
         record_kill(jobs, victim.process.pid)
         victim.kill()
@@ -271,7 +275,7 @@ def zombie_tails(events: list[dict[str, Any]]) -> list[int]:
     after its process resumed (its lease lapsed while it was frozen, so a resumed attempt must
     stop within one chunk, whether or not another has taken its turn yet)."""
     ordered = sorted(events, key=lambda e: e["tick"])
-    tails = []
+    tails: list[int] = []
     for stop in _long_stops(ordered):
         resumed = _resume_of(ordered, stop)
         after = 10**12 if resumed is None else resumed["tick"]

@@ -82,7 +82,8 @@ def test_a_uimessage_object_is_checked_like_a_dict() -> None:
 
 
 def test_json_depth_counts_containers() -> None:
-    assert [json_depth(v) for v in (1, [], {}, [[1]], {"a": [{}]}, nested(7))] == [0, 1, 1, 2, 3, 7]
+    values: tuple[object, ...] = (1, [], {}, [[1]], {"a": [{}]}, nested(7))
+    assert [json_depth(v) for v in values] == [0, 1, 1, 2, 3, 7]
 
 
 # -- what a JSON value may hold ----------------------------------------------------------------

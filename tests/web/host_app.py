@@ -17,7 +17,7 @@ ROLES = {"alice": "operator", "bob": "viewer"}
 JOBS: ThinkJobs | None = None  # for THINK_JOBS_APP=tests.web.host_app:JOBS
 
 
-class User(UserMixin):
+class User(UserMixin):  # type: ignore[misc]  # flask_login is untyped
     def __init__(self, name: str) -> None:
         self.id = name
         self.role = ROLES[name]

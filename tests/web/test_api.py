@@ -25,14 +25,16 @@ def submit(client: FlaskClient, *messages: dict[str, object], **body: object) ->
     )
     assert response.status_code == 202, response.json
     assert response.json is not None
-    return response.json
+    accepted: dict[str, object] = response.json
+    return accepted
 
 
 def error_of(response: object) -> dict[str, object]:
     body = getattr(response, "json", None)
     assert isinstance(body, dict) and set(body) == {"error"}, body
     assert set(body["error"]) == {"type", "message", "details"}
-    return body["error"]
+    error: dict[str, object] = body["error"]
+    return error
 
 
 # -- agents -------------------------------------------------------------------------------------

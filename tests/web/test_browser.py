@@ -7,6 +7,8 @@ the README shows); none are taken otherwise.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from flask import Flask
 from playwright.sync_api import Browser, Page, expect
@@ -20,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.parametrize("backend", ["postgres"])
 WORDS = " ".join(f"word{i}" for i in range(12))
 
 
-def submit(app_client: object, name: str, **spec: object) -> str:
+def submit(app_client: object, name: str, **spec: Any) -> str:
     response = app_client.post(  # type: ignore[attr-defined]
         f"/api/agents/Recorder/{name}/submissions",
         headers=FULL,

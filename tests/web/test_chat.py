@@ -16,6 +16,7 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import Case, GenerationMode
+from schemathesis.core.result import Ok
 from werkzeug.test import TestResponse
 
 from tests.apps.agents import Recorder
@@ -421,7 +422,10 @@ def test_fuzz_the_chat_routes_against_the_document(
         "THINK_JOBS_SSE_MAX_DURATION_S": 0.05,
     }
     schema = schemathesis.openapi.from_wsgi("/api/openapi.json", create_app(web_jobs, config))
-    operations = [result.ok() for result in schema.get_all_operations()]
+    operations = []
+    for result in schema.get_all_operations():
+        assert isinstance(result, Ok), result.err()
+        operations.append(result.ok())
     chat_operations = [
         op for op in operations if (op.method.lower(), op.full_path) in CHAT_OPERATIONS
     ]
@@ -435,13 +439,13 @@ def test_fuzz_the_chat_routes_against_the_document(
         database=None,
         suppress_health_check=list(HealthCheck),
     )
-    def exchange(case: Case) -> None:
+    def exchange(case: Case[Any]) -> None:
         case.call_and_validate(headers=FULL)
 
     exchange()
 
 
-def keeps_its_flaw(case: Case) -> bool:
+def keeps_its_flaw(case: Case[Any]) -> bool:
     """As in test_openapi: a flawed header is repaired by the valid bearer token sent along."""
     from schemathesis.core.parameters import ParameterLocation
 
