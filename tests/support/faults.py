@@ -271,16 +271,35 @@ def _resume_of(ordered: list[dict[str, Any]], stop: dict[str, Any]) -> dict[str,
 
 
 def zombie_tails(events: list[dict[str, Any]]) -> list[int]:
-    """For each model call a stop froze for longer than the lease: how many chunks it yielded
-    after its process resumed (its lease lapsed while it was frozen, so a resumed attempt must
-    stop within one chunk, whether or not another has taken its turn yet)."""
+    """For each model call a stop froze for longer than the lease and another call of its agent
+    superseded (started after the stop, before it ended): how many chunks it yielded after its
+    process resumed. Its lease lapsed while it was frozen and was taken, so it must stop within
+    one chunk of the resume (a call whose lease nobody took renews it and may go on)."""
     ordered = sorted(events, key=lambda e: e["tick"])
     tails: list[int] = []
     for stop in _long_stops(ordered):
         resumed = _resume_of(ordered, stop)
         after = 10**12 if resumed is None else resumed["tick"]
-        tails.extend(_chunks_after(ordered, call, after) for call in _open_at(ordered, stop))
+        for call in _open_at(ordered, stop):
+            end = _end_of(ordered, call)
+            if _effective_end(ordered, call["agent"], call["pid"], call["tick"], end) != end:
+                tails.append(_chunks_after(ordered, call, after))
     return tails
+
+
+def _end_of(ordered: list[dict[str, Any]], call: dict[str, Any]) -> int:
+    return next(
+        (
+            e["tick"]
+            for e in ordered
+            if e["tick"] > call["tick"]
+            and e["what"] == "end"
+            and e.get("pid") == call["pid"]
+            and e.get("label") == call["label"]
+            and e.get("agent") == call["agent"]
+        ),
+        10**12,
+    )
 
 
 def _open_at(ordered: list[dict[str, Any]], stop: dict[str, Any]) -> list[dict[str, Any]]:

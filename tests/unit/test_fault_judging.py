@@ -73,23 +73,40 @@ def test_an_overlap_without_a_stop_is_an_overlap() -> None:
     assert overlaps(journal) == 1
 
 
-def test_chunks_a_call_frozen_past_its_lease_yields_after_the_resume_are_its_tail() -> None:
+def test_chunks_a_superseded_call_yields_after_the_resume_are_its_tail() -> None:
     journal = Journal()
     journal.call("start", A)
     journal.call("chunk", A)
     journal.pause(A, 6.0)
+    journal.call("start", B)  # took the turn over after the resume
     journal.call("chunk", A)
     journal.call("chunk", A)
     journal.call("end", A)
     journal.call("start", A, label="x#2")  # the same process, later: not a tail
     journal.call("chunk", A, label="x#2")
+    journal.call("end", B)
     assert zombie_tails(journal.events) == [2]
+
+
+def test_a_call_whose_lease_nobody_took_may_go_on_after_the_resume() -> None:
+    """It renewed its lease through the fence: going on is right, not a tail."""
+    journal = Journal()
+    journal.call("start", A)
+    journal.pause(A, 6.0)
+    for _ in range(5):
+        journal.call("chunk", A)
+    journal.call("end", A)
+    journal.call("start", B, label="x#2")  # the next turn, after it ended
+    assert zombie_tails(journal.events) == []
+    assert overlaps(journal) == 0
 
 
 def test_a_short_stop_leaves_no_tail_to_judge() -> None:
     journal = Journal()
     journal.call("start", A)
     journal.pause(A, 0.5)
+    journal.call("start", B)
     journal.call("chunk", A)
     journal.call("end", A)
+    journal.call("end", B)
     assert zombie_tails(journal.events) == []

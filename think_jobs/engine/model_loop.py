@@ -2,9 +2,9 @@
 
 The runner pulls chunks from the model step by step, frames them (``start``, ``start-step``,
 ``finish-step``, ``finish``), feeds them to the assembler that builds the assistant message,
-hands each to ``emit`` (which publishes it), and checks ``should_stop`` between chunks so a
-cancelled turn stops within one chunk. Before each model call and each tool it asks
-``may_begin`` too (the attempt confirms its lease there). Server tools run between steps.
+hands each to ``emit`` (which publishes it), and checks ``should_stop`` between chunks and
+before each model call and tool, so a cancelled turn stops within one chunk (the attempt
+confirms its lease there too). Server tools run between steps.
 
 A call of a tool that needs approval is not run: its part gets ``tool-approval-request`` and
 the loop ends after that step (``RunOutcome.asked``); the turn's continuation later applies
@@ -78,7 +78,6 @@ class TurnRunner:
     emit: Emit
     should_stop: Callable[[], bool]
     max_steps: int
-    may_begin: Callable[[], bool] = lambda: True  # asked before each model call and tool
     depth_limit: int = 64  # JSON nesting a chunk may carry (what is stored must read back)
     answers: Sequence[ApprovalAnswer] = ()  # a continuation's answered approvals
     first_step: int = 0  # steps the reply already has (a continuation goes on counting)
@@ -101,7 +100,7 @@ class TurnRunner:
 
     def _steps(self) -> None:
         for step in range(self.first_step, self.first_step + self.max_steps):
-            self._check_may_begin()
+            self._check_stop()
             self._send(StartStepChunk())
             with tracing.span("think_jobs.model_step", attributes={"think_jobs.step": step}):
                 self._stream_step(step)
@@ -121,7 +120,7 @@ class TurnRunner:
             part = waiting.get(answer.tool_call_id)
             if part is None:
                 continue  # answered by an earlier attempt of this continuation
-            self._check_may_begin()
+            self._check_stop()
             approval = ToolApproval(
                 id=answer.approval_id, approved=answer.approved, reason=answer.reason
             )
@@ -168,7 +167,7 @@ class TurnRunner:
                 tool = self.request.tools.get(part.tool_name)
                 if tool is None and part.provider_executed:
                     continue
-                self._check_may_begin()
+                self._check_stop()
                 if tool is not None and _needs_approval(tool, part.input):
                     self._ask(part)
                 else:
@@ -196,11 +195,6 @@ class TurnRunner:
 
     def _check_stop(self) -> None:
         if self.should_stop():
-            raise _Stopped
-
-    def _check_may_begin(self) -> None:
-        self._check_stop()
-        if not self.may_begin():
             raise _Stopped
 
     def _aborted(self) -> RunOutcome:

@@ -89,11 +89,11 @@ class TurnWatch:
         return self._controller.signal.aborted
 
     def confirm(self) -> bool:
-        """Before the attempt begins a model call or a tool: whether it may. A lease past its
-        local bound is renewed through the fence first, here and now, not at the watch's next
-        poll: a process resumed after a pause longer than the lease must not begin a call while
-        the turn may already run elsewhere (the renewal fails then, and the attempt stops); a
-        lease that only aged, taken by no one, is renewed and the attempt goes on."""
+        """Whether the attempt may go on: asked after each chunk and before each model call and
+        tool. A lease past its local bound is renewed through the fence first, here and now, not
+        at the watch's next poll: a process resumed after a pause longer than the lease must not
+        go on while the turn may already run elsewhere (the renewal fails then, and the attempt
+        stops at once); a lease that only aged, taken by no one, is renewed and it goes on."""
         lease = self._lease
         if not self.stopped and not lease.released and lease.lapsed:
             self._heartbeat()
