@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast
 
 from flask import Request, current_app
 
@@ -27,7 +27,6 @@ class StreamLimits:
     max_duration_s: float
 
 
-@runtime_checkable
 class Extension(Protocol):
     """The extension as its views see it (``web.extension.ThinkJobsFlask`` is one)."""
 
@@ -44,7 +43,7 @@ class Extension(Protocol):
 
 def current_extension() -> Extension:
     """The extension of the current app (inside a request or app context)."""
-    found = current_app.extensions.get("think_jobs")
-    if not isinstance(found, Extension):
+    found = current_app.extensions.get("think_jobs")  # only ThinkJobsFlask.init_app sets it
+    if found is None:
         raise ConfigurationError("think-jobs is not initialised on this app (ThinkJobsFlask)")
-    return found
+    return cast(Extension, found)
