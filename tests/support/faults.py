@@ -213,6 +213,7 @@ def _runs(events: list[dict[str, Any]]) -> dict[str, list[tuple[int, int, str]]]
     the database, which must show none of it, and by ``zombie_tails``."""
     ordered = sorted(events, key=lambda e: e["tick"])
     kills = {e["pid"]: e["tick"] for e in ordered if e["what"] == "killed"}
+    stops = _long_stops(ordered)
     open_calls: dict[tuple[str, str, int], int] = {}
     runs: dict[str, list[tuple[int, int, str]]] = {}
     for event in ordered:
@@ -223,7 +224,7 @@ def _runs(events: list[dict[str, Any]]) -> dict[str, list[tuple[int, int, str]]]
             open_calls[key] = event["tick"]
         else:
             start = open_calls.pop(key)
-            end = _effective_end(ordered, event["agent"], event["pid"], start, event["tick"])
+            end = _effective_end(ordered, stops, event, start)
             runs.setdefault(event["agent"], []).append((start, end, event["label"]))
     for (agent, label, pid), start in open_calls.items():
         runs.setdefault(agent, []).append((start, kills.get(pid, 10**12), label))
@@ -233,11 +234,13 @@ def _runs(events: list[dict[str, Any]]) -> dict[str, list[tuple[int, int, str]]]
 
 
 def _effective_end(
-    ordered: list[dict[str, Any]], agent: str, pid: int, start: int, end: int
+    ordered: list[dict[str, Any]], stops: list[dict[str, Any]], ending: dict[str, Any], start: int
 ) -> int:
-    """The stop of ``pid`` during [start, end] that outlasted the lease, if another call of
-    ``agent`` started after it and before ``end`` (it was superseded there); else ``end``."""
-    for stop in _long_stops(ordered):
+    """Where the call that began at ``start`` and ends with the event ``ending`` ended for the
+    judge: at one of the ``stops`` of its process (each longer than the lease) inside the call,
+    if another call of its agent started after that stop and before ``ending``; else there."""
+    agent, pid, end = ending["agent"], ending["pid"], int(ending["tick"])
+    for stop in stops:
         if stop["pid"] != pid or not start < stop["tick"] < end:
             continue
         if any(
@@ -276,29 +279,30 @@ def zombie_tails(events: list[dict[str, Any]]) -> list[int]:
     process resumed. Its lease lapsed while it was frozen and was taken, so it must stop within
     one chunk of the resume (a call whose lease nobody took renews it and may go on)."""
     ordered = sorted(events, key=lambda e: e["tick"])
+    stops = _long_stops(ordered)
     tails: list[int] = []
-    for stop in _long_stops(ordered):
+    for stop in stops:
         resumed = _resume_of(ordered, stop)
         after = 10**12 if resumed is None else resumed["tick"]
         for call in _open_at(ordered, stop):
-            end = _end_of(ordered, call)
-            if _effective_end(ordered, call["agent"], call["pid"], call["tick"], end) != end:
+            ending = _ending_of(ordered, call)
+            if _effective_end(ordered, stops, ending, call["tick"]) != ending["tick"]:
                 tails.append(_chunks_after(ordered, call, after))
     return tails
 
 
-def _end_of(ordered: list[dict[str, Any]], call: dict[str, Any]) -> int:
+def _ending_of(ordered: list[dict[str, Any]], call: dict[str, Any]) -> dict[str, Any]:
+    """The call's ``end`` event (a stand-in past every tick when it never ended)."""
+    same = ("pid", "label", "agent")
     return next(
         (
-            e["tick"]
+            e
             for e in ordered
             if e["tick"] > call["tick"]
             and e["what"] == "end"
-            and e.get("pid") == call["pid"]
-            and e.get("label") == call["label"]
-            and e.get("agent") == call["agent"]
+            and all(e.get(key) == call[key] for key in same)
         ),
-        10**12,
+        {**call, "what": "end", "tick": 10**12},
     )
 
 
