@@ -107,7 +107,7 @@ def find_by_request_or_key(
     return [_record(row) for row in conn.execute(query)]
 
 
-def _head_query(*columns: Any, agent_param: str = "agent_id") -> Select[Any]:
+def head_query(*columns: Any, agent_param: str = "agent_id") -> Select[Any]:
     """The lowest-seq active turn of the agent bound as ``agent_param`` (another name where
     ``agent_id`` is taken by a column of an INSERT or UPDATE): one index probe per status (a
     plain ``status IN (...) ORDER BY seq`` lets planners walk the agent's whole history)."""
@@ -126,8 +126,8 @@ def _head_query(*columns: Any, agent_param: str = "agent_id") -> Select[Any]:
     return select(both).order_by(both.c.seq).limit(1)
 
 
-_HEAD = _head_query(*turns.c)
-_HEAD_BRIEF = _head_query(
+_HEAD = head_query(*turns.c)
+_HEAD_BRIEF = head_query(
     turns.c.seq, turns.c.kind, turns.c.status, turns.c.messages_applied, turns.c.awaiting_approval
 )
 
@@ -137,7 +137,7 @@ def _insert_statement() -> Any:
     head (active turn of lowest seq). Read by a statement of its own, so PostgreSQL takes its
     snapshot after the caller locked the agent row: a turn finished and released before that
     lock is seen as finished. ``caller_ttl_s`` (blocking turns) sets the caller's liveness."""
-    head = _head_query(turns.c.seq, agent_param="head_of").subquery()
+    head = head_query(turns.c.seq, agent_param="head_of").subquery()
     head_seq = select(head.c.seq).scalar_subquery().label("head_seq")
     unset = cast(_CALLER_TTL, Float).is_(None)  # typed: PostgreSQL must know the NULL's type
     caller_expires = case((unset, null()), else_=db_now_plus(_CALLER_TTL))
@@ -157,23 +157,28 @@ class Inserted:
     is_head: bool  # no active turn of the agent comes before it
 
 
-def insert_turn(conn: Connection, *, agent_id: int, seq: int, new: NewTurn) -> Inserted:
-    """Insert a turn row (pending), and say whether it is the agent's head (one round trip)."""
-    row = {
+def new_turn_row(agent_id: int, *, seq: int, new: NewTurn) -> dict[str, Any]:
+    """The column values of a new (pending) turn row, but those the database sets."""
+    return {
         **_INSERT_DEFAULTS,
         "agent_id": agent_id,
         "seq": seq,
         "status": Status.PENDING.value,
-        **{name: getattr(new, name) for name in _NEW_TURN_COLUMNS},
+        **{name: getattr(new, name) for name in NEW_TURN_COLUMNS},
     }
+
+
+def insert_turn(conn: Connection, *, agent_id: int, seq: int, new: NewTurn) -> Inserted:
+    """Insert a turn row (pending), and say whether it is the agent's head (one round trip)."""
+    row = new_turn_row(agent_id, seq=seq, new=new)
     params = {**row, "head_of": agent_id, "caller_ttl_s": new.caller_ttl_s}
     inserted = conn.execute(_INSERT, params).one()
-    turn = _record_of_insert(row, inserted)
+    turn = record_of_insert(row, inserted, caller_expires_at=inserted.caller_expires_at)
     # SQLite's RETURNING may already see the new row; PostgreSQL's does not.
     return Inserted(turn, is_head=inserted.head_seq is None or inserted.head_seq >= turn.seq)
 
 
-_NEW_TURN_COLUMNS = (
+NEW_TURN_COLUMNS = (
     "request_id",
     "kind",
     "trigger",
@@ -189,12 +194,16 @@ _NEW_TURN_COLUMNS = (
 )
 
 
-def _record_of_insert(row: dict[str, Any], inserted: Row[Any]) -> TurnRecord:
+def record_of_insert(
+    row: dict[str, Any], inserted: Row[Any], *, caller_expires_at: datetime | None
+) -> TurnRecord:
+    """The record of a turn just inserted from ``row`` (``new_turn_row``): ``inserted`` holds
+    its id and creation time."""
     values = {**row, "status": Status(row["status"]), "kind": Kind(row["kind"])}
     return TurnRecord(
         id=inserted.id,
         created_at=inserted.created_at,
-        caller_expires_at=inserted.caller_expires_at,
+        caller_expires_at=caller_expires_at,
         **values,
     )
 
@@ -262,7 +271,7 @@ def start_attempt(
 
 def _start_fresh_head_statement() -> Any:
     """UPDATE that starts the agent's head iff it is a submission not yet begun, RETURNING it."""
-    head = _head_query(turns.c.id, turns.c.seq, agent_param="head_of").subquery()
+    head = head_query(turns.c.id, turns.c.seq, agent_param="head_of").subquery()
     return (
         update(turns)
         .where(

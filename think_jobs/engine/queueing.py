@@ -3,8 +3,10 @@
 Ordering lives in the database, not in Redis or Celery:
 
 - **Admission** increments the agent row's ``admitted`` counter (locking the row until commit)
-  and stores the turn with that number as ``seq``. Numbers are therefore handed out in commit
-  order per agent, and two admissions with the same idempotency key serialise on the row.
+  and stores the turn with that number as ``seq`` (on PostgreSQL a submission usually in one
+  statement, guarded so that it sees what the two-statement path would: ``db.admission``).
+  Numbers are therefore handed out in commit order per agent, and two admissions with the
+  same idempotency key serialise on the row.
 - **Claim**: a process may run a turn only while it holds the agent's lease
   (``lease_token``, ``lease_expires_at``), taken with a conditional UPDATE. The turn it runs
   is always the agent's head: the lowest ``seq`` that is pending or running. A running head
@@ -31,6 +33,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
+from think_jobs.db import admission as admission_ops
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
@@ -84,7 +87,14 @@ def admit_submission(
     conn: Connection, agent_id: int, new: NewTurn, *, submission_id: str | None
 ) -> Admission:
     """Admit a durable submission, or return the one these ids already name (accepted=False;
-    ``submission_id`` is the id the caller gave, if any)."""
+    ``submission_id`` is the id the caller gave, if any).
+
+    On PostgreSQL the common case is one statement (``db.admission``: it goes ahead only when
+    nothing changed the agent row since its snapshot and no turn has these ids); everything
+    else takes the general path below, in the same transaction."""
+    at_tail = admission_ops.admit_at_tail(conn, agent_id, new)
+    if at_tail is not None:
+        return Admission(at_tail.turn, accepted=True, is_head=at_tail.is_head)
     admitted = agent_ops.next_admission(conn, agent_id)  # locks the row: duplicates serialise
     key = new.idempotency_key
     found = turn_ops.find_by_request_or_key(conn, agent_id, submission_id, key)

@@ -1,0 +1,123 @@
+"""Admission in one statement on PostgreSQL (``db.admission``), and its guard.
+
+One statement has one snapshot, taken before it waits for the agent row's lock. The guard
+makes it give way to the two-statement path whenever someone changed the agent row in
+between; without it an admission queued behind a release would read the released turn as
+still running, nudge nobody, and its turn would wait for the sweeper.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from tests.integration.test_queueing import Quiet, claimed, queued
+from tests.support.builders import user
+from think_jobs import ThinkJobs
+from think_jobs.db import agents as agent_ops
+from think_jobs.db import turns as turn_ops
+from think_jobs.db.engine import Connection
+from think_jobs.domain.records import Admission, AgentRef, NewTurn
+from think_jobs.domain.status import Kind
+from think_jobs.engine.queueing import admit_submission
+
+pytestmark = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+
+
+@contextmanager
+def statements(conn: Connection) -> Iterator[list[str]]:
+    """The SQL statements ``conn`` sends while the block runs."""
+    sent: list[str] = []
+
+    def record(*args: Any) -> None:
+        sent.append(args[2])
+
+    sa.event.listen(conn, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        sa.event.remove(conn, "before_cursor_execute", record)
+
+
+def admit(
+    jobs: ThinkJobs, agent: AgentRef, text: str, *, key: str | None = None
+) -> tuple[Admission, list[str]]:
+    with jobs.db.write() as conn, statements(conn) as sent:
+        new = NewTurn(
+            str(uuid.uuid4()),
+            Kind.SUBMISSION,
+            "submission",
+            messages=[user(text)],
+            idempotency_key=key,
+        )
+        admission = admit_submission(conn, agent.id, new, submission_id=None)
+    return admission, sent
+
+
+def admitted_count(jobs: ThinkJobs, agent: AgentRef) -> int:
+    with jobs.db.read() as conn:
+        query = sa.text("SELECT admitted FROM think_agents WHERE id = :id")
+        return int(conn.execute(query, {"id": agent.id}).scalar_one())
+
+
+def test_a_submission_on_an_idle_agent_is_one_statement(jobs: ThinkJobs) -> None:
+    agent, _ = queued(jobs, 0)
+    first, sent = admit(jobs, agent, "first")
+    assert len(sent) == 1 and first.accepted and first.is_head
+    second, sent = admit(jobs, agent, "second", key="k-2")
+    assert len(sent) == 1 and second.accepted and not second.is_head  # behind "first"
+    assert (first.turn.seq, second.turn.seq) == (1, 2)
+    assert second.turn.idempotency_key == "k-2" and second.turn.created_at is not None
+    with jobs.db.read() as conn:
+        stored = turn_ops.get_turn_by_id(conn, second.turn.id)
+    assert stored == second.turn
+
+
+def test_a_key_already_used_takes_the_general_path_and_finds_the_submission(
+    jobs: ThinkJobs,
+) -> None:
+    agent, _ = queued(jobs, 0)
+    first, _ = admit(jobs, agent, "first", key="evt-1")
+    again, sent = admit(jobs, agent, "again", key="evt-1")
+    assert len(sent) > 1
+    assert not again.accepted and again.turn.id == first.turn.id
+    assert [m.id for m in jobs.get_agent(Quiet, "a").get_messages()] == []  # not started yet
+
+
+def _wait_for_lock_waiter(jobs: ThinkJobs, deadline_s: float = 10.0) -> None:
+    """Until a backend of this database waits on a row lock (the admission behind the lock)."""
+    query = sa.text(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    deadline = time.monotonic() + deadline_s
+    with jobs.db.engine.connect() as watcher:
+        while watcher.execute(query).scalar_one() == 0:
+            watcher.rollback()  # a fresh snapshot of pg_stat_activity next time
+            assert time.monotonic() < deadline, "the admission never waited on the agent row"
+            time.sleep(0.005)
+
+
+def test_an_admission_behind_a_release_sees_the_released_turn_finished(jobs: ThinkJobs) -> None:
+    agent, _ = queued(jobs, 1)
+    taken = claimed(jobs, agent)
+    found: list[Admission] = []
+    with jobs.db.write() as conn:  # the worker's final write, holding the agent row
+        turn_ops.finish_turn(conn, taken.turn, status="completed", error=None)
+        agent_ops.release_lease(conn, taken.agent_id, taken.token)
+        admitting = threading.Thread(target=lambda: found.append(admit(jobs, agent, "next")[0]))
+        admitting.start()
+        _wait_for_lock_waiter(jobs)  # its snapshot holds the turn as running
+    admitting.join(10)
+    assert found, "the admission did not finish"
+    admission = found[0]
+    assert admission.accepted and admission.turn.seq == 2
+    assert admission.is_head  # nobody else will nudge: the release saw no turn behind
+    assert admitted_count(jobs, agent) == 2
