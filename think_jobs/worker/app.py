@@ -15,6 +15,7 @@ from celery import Celery, signals
 
 from think_jobs.engine.drain import Sweeper
 from think_jobs.observe import logs
+from think_jobs.transport import celery_redis
 from think_jobs.worker import presence, tasks
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ def create_celery_app(jobs: ThinkJobs) -> Celery:
         worker_prefetch_multiplier=1,
         task_default_queue=settings.queue,
         broker_connection_retry_on_startup=True,
+        broker_transport=celery_redis.transport_for(settings.effective_broker_url),
         worker_consumer="think_jobs.worker.consumer:Consumer",  # reconnects within ~1 s
         broker_transport_options={
             "visibility_timeout": settings.broker_visibility_timeout_s,
