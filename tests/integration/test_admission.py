@@ -23,41 +23,39 @@ from tests.support.builders import user
 from think_jobs import ThinkJobs
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import turns as turn_ops
-from think_jobs.db.engine import Connection
 from think_jobs.domain.records import Admission, AgentRef, NewTurn
 from think_jobs.domain.status import Kind
-from think_jobs.engine.queueing import admit_submission
+from think_jobs.engine import submissions
 
 pytestmark = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 
 
 @contextmanager
-def statements(conn: Connection) -> Iterator[list[str]]:
-    """The SQL statements ``conn`` sends while the block runs."""
-    sent: list[str] = []
+def statements(jobs: ThinkJobs) -> Iterator[list[tuple[str, bool]]]:
+    """The statements this thread sends to the database while the block runs, each with
+    whether its connection was in autocommit (the statement was its own transaction)."""
+    sent: list[tuple[str, bool]] = []
+    thread = threading.get_ident()
 
-    def record(*args: Any) -> None:
-        sent.append(args[2])
+    def record(conn: sa.Connection, _cursor: Any, statement: str, *_: Any) -> None:
+        if threading.get_ident() == thread:
+            sent.append((statement, conn.connection.driver_connection.autocommit))  # type: ignore[union-attr]
 
-    sa.event.listen(conn, "before_cursor_execute", record)
+    sa.event.listen(jobs.db.engine, "before_cursor_execute", record)
     try:
         yield sent
     finally:
-        sa.event.remove(conn, "before_cursor_execute", record)
+        sa.event.remove(jobs.db.engine, "before_cursor_execute", record)
 
 
 def admit(
     jobs: ThinkJobs, agent: AgentRef, text: str, *, key: str | None = None
-) -> tuple[Admission, list[str]]:
-    with jobs.db.write() as conn, statements(conn) as sent:
-        new = NewTurn(
-            str(uuid.uuid4()),
-            Kind.SUBMISSION,
-            "submission",
-            messages=[user(text)],
-            idempotency_key=key,
-        )
-        admission = admit_submission(conn, agent.id, new, submission_id=None)
+) -> tuple[Admission, list[tuple[str, bool]]]:
+    new = NewTurn(
+        str(uuid.uuid4()), Kind.SUBMISSION, "submission", messages=[user(text)], idempotency_key=key
+    )
+    with statements(jobs) as sent:
+        admission = submissions.admit(jobs.services, agent.id, new, submission_id=None)
     return admission, sent
 
 
@@ -67,12 +65,18 @@ def admitted_count(jobs: ThinkJobs, agent: AgentRef) -> int:
         return int(conn.execute(query, {"id": agent.id}).scalar_one())
 
 
-def test_a_submission_on_an_idle_agent_is_one_statement(jobs: ThinkJobs) -> None:
+def test_a_submission_is_one_statement_that_commits_by_itself(jobs: ThinkJobs) -> None:
     agent, _ = queued(jobs, 0)
     first, sent = admit(jobs, agent, "first")
-    assert len(sent) == 1 and first.accepted and first.is_head
+    assert [(sql.split()[:2], autocommit) for sql, autocommit in sent] == [
+        (["WITH", "bumped"], True)
+    ]
+    assert first.accepted and first.is_head
     second, sent = admit(jobs, agent, "second", key="k-2")
-    assert len(sent) == 1 and second.accepted and not second.is_head  # behind "first"
+    assert [(sql.split()[:2], autocommit) for sql, autocommit in sent] == [
+        (["WITH", "bumped"], True)
+    ]
+    assert second.accepted and not second.is_head  # behind "first"
     assert (first.turn.seq, second.turn.seq) == (1, 2)
     assert second.turn.idempotency_key == "k-2" and second.turn.created_at is not None
     with jobs.db.read() as conn:
@@ -86,7 +90,8 @@ def test_a_key_already_used_takes_the_general_path_and_finds_the_submission(
     agent, _ = queued(jobs, 0)
     first, _ = admit(jobs, agent, "first", key="evt-1")
     again, sent = admit(jobs, agent, "again", key="evt-1")
-    assert len(sent) > 1
+    general = [sql.split()[0] for sql, autocommit in sent[1:] if not autocommit]
+    assert sent[0][0].startswith("WITH bumped") and general[:2] == ["UPDATE", "SELECT"]
     assert not again.accepted and again.turn.id == first.turn.id
     assert [m.id for m in jobs.get_agent(Quiet, "a").get_messages()] == []  # not started yet
 

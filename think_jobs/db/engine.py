@@ -132,11 +132,34 @@ class ConcurrentWrite(Exception):
     row first: look again (the transaction was rolled back)."""
 
 
+@contextmanager
+def _errors_mapped() -> Iterator[None]:
+    """The package's errors for what the driver raises: a unique constraint refusing a write
+    (``ConcurrentWrite``), an unreachable database, tables that were never created."""
+    try:
+        yield
+    except exc.IntegrityError as error:
+        raise ConcurrentWrite(str(error.orig)) from error
+    except (exc.OperationalError, exc.InterfaceError) as error:
+        if "no such table" in str(error.orig):
+            raise ConfigurationError(_NOT_MIGRATED) from error
+        raise StorageUnavailableError(f"database unavailable: {error.orig}") from error
+    except exc.ProgrammingError as error:
+        if "does not exist" in str(error.orig) and "relation" in str(error.orig):
+            raise ConfigurationError(_NOT_MIGRATED) from error
+        raise
+    except exc.DBAPIError as error:
+        if error.connection_invalidated:
+            raise StorageUnavailableError(f"database unavailable: {error.orig}") from error
+        raise
+
+
 class Database:
     """Owns the engine; hands out read and write transactions."""
 
     def __init__(self, url: str, *, pool_size: int) -> None:
         self.url = url
+        self._dialect = make_url(url).get_backend_name()
         self._pool_size = pool_size
         self._engine: Engine | None = None
 
@@ -148,7 +171,7 @@ class Database:
 
     @property
     def dialect(self) -> str:
-        return make_url(self.url).get_backend_name()
+        return self._dialect
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
@@ -163,26 +186,20 @@ class Database:
             yield conn
 
     @contextmanager
+    def statement(self) -> Iterator[Connection]:
+        """PostgreSQL: a connection whose every statement commits by itself (autocommit), for
+        a write that is one statement and so needs no transaction round trips of its own."""
+        if self.dialect != "postgresql":
+            raise ValueError("Database.statement() is for PostgreSQL")
+        with _errors_mapped(), self.engine.connect() as conn:
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
+
+    @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[Connection]:
-        try:
-            with self.engine.connect() as conn:
-                conn.execution_options(**{_WRITE: write})
-                with conn.begin():
-                    yield conn
-        except exc.IntegrityError as error:
-            raise ConcurrentWrite(str(error.orig)) from error
-        except (exc.OperationalError, exc.InterfaceError) as error:
-            if "no such table" in str(error.orig):
-                raise ConfigurationError(_NOT_MIGRATED) from error
-            raise StorageUnavailableError(f"database unavailable: {error.orig}") from error
-        except exc.ProgrammingError as error:
-            if "does not exist" in str(error.orig) and "relation" in str(error.orig):
-                raise ConfigurationError(_NOT_MIGRATED) from error
-            raise
-        except exc.DBAPIError as error:
-            if error.connection_invalidated:
-                raise StorageUnavailableError(f"database unavailable: {error.orig}") from error
-            raise
+        with _errors_mapped(), self.engine.connect() as conn:
+            conn.execution_options(**{_WRITE: write})
+            with conn.begin():
+                yield conn
 
     def forget_inherited_connections(self) -> None:
         """In a forked child: drop the parent's pooled connections without closing them."""

@@ -63,6 +63,7 @@ __all__ = [
     "NotClaimed",
     "Released",
     "admit",
+    "admit_at_tail",
     "admit_submission",
     "claim_next",
     "release",
@@ -83,18 +84,21 @@ def admit(
     return Admission(inserted.turn, accepted=True, is_head=is_head)
 
 
+def admit_at_tail(conn: Connection, agent_id: int, new: NewTurn) -> Admission | None:
+    """``admit_submission``'s common case in one statement (PostgreSQL, ``db.admission``): it
+    goes ahead only when nothing changed the agent row since its snapshot and no turn has the
+    ids of ``new``, and writes nothing otherwise (None: ``admit_submission`` must run)."""
+    at_tail = admission_ops.admit_at_tail(conn, agent_id, new)
+    if at_tail is None:
+        return None
+    return Admission(at_tail.turn, accepted=True, is_head=at_tail.is_head)
+
+
 def admit_submission(
     conn: Connection, agent_id: int, new: NewTurn, *, submission_id: str | None
 ) -> Admission:
     """Admit a durable submission, or return the one these ids already name (accepted=False;
-    ``submission_id`` is the id the caller gave, if any).
-
-    On PostgreSQL the common case is one statement (``db.admission``: it goes ahead only when
-    nothing changed the agent row since its snapshot and no turn has these ids); everything
-    else takes the general path below, in the same transaction."""
-    at_tail = admission_ops.admit_at_tail(conn, agent_id, new)
-    if at_tail is not None:
-        return Admission(at_tail.turn, accepted=True, is_head=at_tail.is_head)
+    ``submission_id`` is the id the caller gave, if any)."""
     admitted = agent_ops.next_admission(conn, agent_id)  # locks the row: duplicates serialise
     key = new.idempotency_key
     found = turn_ops.find_by_request_or_key(conn, agent_id, submission_id, key)
