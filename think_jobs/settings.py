@@ -80,6 +80,16 @@ class Settings(BaseSettings):
         "tried again later (its chunks are kept, never dropped), and how long a turn's end "
         "keeps trying before readers rebuild the end from the database.",
     )
+    stream_flush_window_ms: float = Field(
+        2.0,
+        ge=0,
+        le=1000,
+        description="Coalescing of a turn's stream writes: a chunk goes out at once unless "
+        "the turn wrote less than this long ago; then it is held and written, with whatever "
+        "else came meanwhile, in one write when the window ends (by the next chunk or the "
+        "process's flusher thread), so a chunk waits at most this long (plus a thread "
+        "wake-up) before its write. 0: every chunk is written at once.",
+    )
     redis_stream_connections: int | None = Field(
         None,
         ge=1,

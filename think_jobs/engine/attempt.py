@@ -309,6 +309,9 @@ class Attempt:
         return runner.run()
 
     def _emit(self, chunk: Chunk) -> None:
+        """Stream one chunk. The writer may hold it for a flush window (``StreamWriter``):
+        its ``lost`` and ``revoked`` then come with the send that carries it, read here after
+        a later chunk (the watch's ``RevocationPoller`` sees a revocation meanwhile)."""
         if chunk.type == "abort" and self.watch.interrupted:
             return  # an interruption is not the end of the turn: its continuation follows
         chunk_json = chunk.model_dump_json(exclude_none=True)

@@ -186,6 +186,7 @@ def run_and_release(
             result = run.perform()
     finally:
         tools.watch.close()
+        tools.writer.close()  # after done() nothing; else what it held, if the lease allows
         services.clients.release(tools.writer.client)  # the turn's stream connection
     return Ran(result, run.finish_release(), run.following)
 
@@ -223,6 +224,7 @@ def _writer(services: Services, agent: AgentHooks, turn: TurnRecord, lease: Leas
         prefix=[] if turn.attempt <= 1 else None,  # a first attempt's stream is empty
         may_send=lease.locally_valid,
         done_timeout_s=services.settings.broker_publish_timeout_s,
+        flush_window_s=services.settings.stream_flush_window_ms / 1000,
     )
     if turn.attempt > 1:
         writer.take_over()  # before the partial is read: nothing stale can be added after

@@ -16,6 +16,12 @@ are therefore contiguous and unique, and there is one ``done``, the last event.
 an append states where it expects to land (``expected``) so a retried send is never stored
 twice and a buffer lost with a Redis restart is written again from what the writer knows.
 
+**Coalescing.** Chunks that come within a flush window (``stream_flush_window_ms``) of the
+writer's last send go out together in one append, sent by the writer's next chunk once the
+window has passed or by the process's one flusher thread (``transport.flusher``) when it ends;
+a lone chunk goes out at once. Every send, whichever thread makes it, asks the lease first and
+goes through the same fence, one at a time per writer.
+
 **The database is the truth.** When a finished turn's buffer is gone or never got its tail,
 a reader rebuilds it from the stored reply (``seal_from_store``, with ``replay``), so a reader
 never waits forever and the text it rebuilds is the stored reply.
@@ -28,6 +34,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -46,10 +54,12 @@ from think_jobs.messages import UIMessage
 from think_jobs.observe import metrics
 from think_jobs.results import StreamEvent
 from think_jobs.transport.clients import broker_errors
+from think_jobs.transport.flusher import StreamFlusher, process_flusher
 
 log = logging.getLogger(__name__)
 
 _RETRY_S = 1.0  # after a failed send, queue without sending this long (done always tries)
+_BUSY_RETRY_S = 0.0005  # the flusher found a writer's lock taken: look again this soon
 STORE_EPOCH = 2**31  # the database's own writes (rebuilds, ends of turns that never ran)
 
 
@@ -188,9 +198,23 @@ class StreamWriter:
 
     ``epoch`` is the attempt number. ``prefix`` are the events already in the buffer when the
     attempt took the stream over (``take_over``); None means "not known yet": the writer takes
-    the stream over before its first send. ``may_send`` is asked before every send (the
-    attempt's lease may have lapsed while this process was paused). Framing chunks may be
-    deferred: they go out with the next chunk that is not, in order, in one round trip.
+    the stream over before its first send. ``may_send`` is asked before every send, by
+    whichever thread sends (the attempt's lease may have lapsed while this process was
+    paused). Framing chunks may be deferred: they go out with the next chunk that is not, in
+    order, in one round trip.
+
+    **Coalescing** (``flush_window_s`` > 0). A chunk goes out at once when the writer sent
+    nothing in the last window, so a lone chunk is never delayed; one that comes sooner is
+    held, and goes out with what follows in one append: with the next chunk once the window
+    has passed or, should none come, from the process's flusher thread when the window ends
+    (``transport.flusher``). A held chunk therefore waits at most one window after the send
+    before it (plus the flusher's wake-up), and the sends of one writer are at least a window
+    apart. Its revocation bit and refusal (``revoked``, ``lost``) are learnt when it is sent,
+    by whichever thread sends; the attempt reads them after its next chunk, and the
+    ``RevocationPoller`` polls the flag meanwhile. ``done`` sends everything held, in order,
+    before the ``done`` event; ``close`` (an attempt interrupted) sends it if it still may;
+    after either, the flusher sends nothing more for this writer. The two threads share the
+    writer's state under its lock, held across each send (a writer's sends never overlap).
     """
 
     def __init__(
@@ -204,6 +228,8 @@ class StreamWriter:
         prefix: list[str] | None,
         may_send: Callable[[], bool] = lambda: True,
         done_timeout_s: float = 2.0,
+        flush_window_s: float = 0.0,
+        flusher: StreamFlusher | None = None,
     ) -> None:
         self.client = client
         self._append_script = client.register_script(_APPEND_LUA)  # EVALSHA, EVAL on a miss
@@ -214,8 +240,16 @@ class StreamWriter:
         self._ttl_s = ttl_s
         self._known = prefix  # every event known to be in the buffer, in seq order
         self._pending: list[str] = []  # tails of events not yet delivered
+        self._due = 0  # how many of them must go out: up to the last chunk not deferred
         self._may_send = may_send
         self._done_timeout_s = done_timeout_s
+        self._window_s = flush_window_s
+        self._flusher = flusher  # None: the process's own
+        self._lock = threading.Lock()  # the attempt's thread and the flusher's
+        self._sent_at = -math.inf  # when the last send succeeded (monotonic)
+        self._deadline: float | None = None  # held events go out by then (the flusher)
+        self._ended = False  # done() or close() was called: the flusher leaves it alone
+        self._sending = False  # a send is in flight (read by the flusher without the lock)
         self._expiry_set = False
         self._failed_at: float | None = None
         self.lost = False  # a newer attempt owns the stream, or it is sealed
@@ -224,11 +258,17 @@ class StreamWriter:
     @property
     def prefix(self) -> list[StreamEvent] | None:
         """The events of earlier attempts this writer continues (None: not known)."""
-        return None if self._known is None else [decode_event(raw) for raw in self._known]
+        with self._lock:
+            known = None if self._known is None else list(self._known)
+        return None if known is None else [decode_event(raw) for raw in known]
 
     def take_over(self) -> bool:
         """Become the stream's owner and learn what it holds; False if Redis is unreachable
         (the writer tries again before its first send) or the stream is not ours."""
+        with self._lock:
+            return self._take_over()
+
+    def _take_over(self) -> bool:
         try:
             script = self.client.register_script(_TAKE_OVER_LUA)
             keys = [self._names.buffer, self._names.state]
@@ -243,27 +283,72 @@ class StreamWriter:
         return True
 
     def chunk(self, chunk_json: str, *, defer: bool = False) -> None:
-        """Queue one chunk (AI SDK JSON) and, unless deferred, send what is queued."""
-        self._pending.append(chunk_tail(chunk_json))
-        if not defer:
-            self._flush()
+        """Queue one chunk (AI SDK JSON) and, unless deferred, send what is queued now or,
+        within a flush window of the last send, hold it for one send a little later."""
+        with self._lock:
+            self._pending.append(chunk_tail(chunk_json))
+            if defer:
+                return
+            self._due = len(self._pending)
+            if time.monotonic() - self._sent_at >= self._window_s:
+                self._flush()
+            elif self._deadline is None:
+                self._hold_until(self._sent_at + self._window_s)
+
+    def flush_held(self) -> float | None:
+        """The flusher's call: send what is held once its deadline has passed.
+
+        Never waits for the lock. The attempt's thread holds it while it sends, and that send
+        carries what is held (a failed one schedules its own retry): nothing to do; or while
+        it queues a chunk: look again in a moment. Never decides the writer is lost: when
+        ``may_send`` says no, what is held waits for the attempt's own thread (its next chunk,
+        ``done`` or ``close``), which asks again (a lease the turn's final write released says
+        no just before ``done`` sends it all)."""
+        if not self._lock.acquire(blocking=False):
+            return None if self._sending else time.monotonic() + _BUSY_RETRY_S
+        try:
+            deadline = self._deadline
+            if self._ended or deadline is None or deadline > time.monotonic():
+                return None  # sent meanwhile, or a later deadline is scheduled on its own
+            self._deadline = None
+            self._flush(flusher=True)
+            return None  # a failed send scheduled its own retry
+        finally:
+            self._lock.release()
 
     def done(self, status: str, error: str | None) -> bool:
-        """End the stream; retries for ``done_timeout_s``. False if it could not be sent
-        (readers then rebuild the end from the database) or the stream is not ours.
+        """End the stream, after everything still queued or held; retries for
+        ``done_timeout_s``. False if it could not be sent (readers then rebuild the end from
+        the database) or the stream is not ours.
 
         Called only after the attempt's final write committed through its fence: the turn is
         over, no newer attempt can start, so ``may_send`` is not asked any more (the lease
         may already be released)."""
-        self._pending.append(done_tail(status, error))
-        self._expiry_set = False  # the final send refreshes the TTL
-        self._may_send = _always
+        with self._lock:
+            self._ended = True
+            self._pending.append(done_tail(status, error))
+            self._due = len(self._pending)
+            self._expiry_set = False  # the final send refreshes the TTL
+            self._may_send = _always
         deadline = time.monotonic() + self._done_timeout_s
-        while not self._flush(force=True, seal=True):
+        while not self._flush_now(force=True, seal=True):
             if self.lost or time.monotonic() >= deadline:
                 return self._gave_up()
             time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
         return True
+
+    def close(self) -> None:
+        """The attempt ends without ``done`` (it was interrupted): send what is held if the
+        lease still allows (as it would have gone out at once without coalescing); then
+        nothing more is sent. Deferred framing chunks after the last sent one stay unsent."""
+        with self._lock:
+            if not self._ended:
+                self._ended = True
+                self._flush()
+
+    def _flush_now(self, **options: bool) -> bool:
+        with self._lock:
+            return self._flush(**options)
 
     def _gave_up(self) -> bool:
         if not self.lost:
@@ -273,33 +358,56 @@ class StreamWriter:
                 "rebuild it from the database",
                 self.ref.request_id,
             )
-        self._pending.clear()
+        with self._lock:
+            self._drop()
         return False
 
-    def _flush(self, *, force: bool = False, seal: bool = False) -> bool:
-        """Send what is queued; True when nothing is left to send."""
+    def _hold_until(self, at: float) -> None:
+        self._deadline = at
+        (self._flusher or process_flusher()).schedule(self, at)
+
+    def _flush(self, *, force: bool = False, seal: bool = False, flusher: bool = False) -> bool:
+        """Send what is due (the lock is held); True when nothing due is left. ``force``
+        ignores the back-off; ``flusher``: a ``may_send`` that says no leaves it queued."""
         if self.lost:
-            self._pending.clear()
-        if not self._pending:
+            self._drop()
+        if not self._due:
             return True
         failed_at = self._failed_at
         if not force and failed_at is not None and time.monotonic() - failed_at < _RETRY_S:
             return False
         if not self._may_send():
-            self.lost = True
+            if not flusher:
+                self.lost = True
             return False
+        self._sending = True
         try:
             self._deliver(seal=seal)
         except redis.RedisError as error:
-            if self._failed_at is None:
-                log.warning("stream publish failed for %s: %s", self.ref.request_id, error)
-            self._failed_at = time.monotonic()
+            self._failed(error)
             return False
+        finally:
+            self._sending = False
         self._failed_at = None
-        return not self._pending
+        self._sent_at = time.monotonic()
+        self._deadline = None
+        return not self._due
+
+    def _failed(self, error: redis.RedisError) -> None:
+        """Keep what was not sent; with a flush window, the flusher retries after the back-off."""
+        if self._failed_at is None:
+            log.warning("stream publish failed for %s: %s", self.ref.request_id, error)
+        self._failed_at = time.monotonic()
+        if self._window_s > 0 and not self._ended:
+            self._hold_until(self._failed_at + _RETRY_S)
+
+    def _drop(self) -> None:
+        self._pending.clear()
+        self._due = 0
+        self._deadline = None
 
     def _deliver(self, *, seal: bool) -> None:
-        if self._known is None and not self.take_over():
+        if self._known is None and not self._take_over():
             if self.lost:
                 return
             raise redis.ConnectionError("stream take-over pending")
@@ -313,7 +421,8 @@ class StreamWriter:
         self._settle(sent, events)
 
     def _encode(self, first_seq: int) -> list[str]:
-        return [f"{self._head}{first_seq + n}{tail}" for n, tail in enumerate(self._pending)]
+        due = self._pending[: self._due]
+        return [f"{self._head}{first_seq + n}{tail}" for n, tail in enumerate(due)]
 
     def _send(self, events: list[str], expected: int, *, seal: bool) -> _Sent:
         ttl_s = 0 if self._expiry_set else self._ttl_s
@@ -331,11 +440,12 @@ class StreamWriter:
                 self.ref.request_id, self.epoch, sent.outcome.name.lower(),
             )  # fmt: skip
             self.lost = True
-            self._pending.clear()
+            self._drop()
             return
         assert self._known is not None
         self._known.extend(events)
-        self._pending.clear()
+        del self._pending[: len(events)]
+        self._due = 0
         self._expiry_set = True
 
 
