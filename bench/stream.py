@@ -4,7 +4,9 @@ bare redis-py PUBLISH → SUBSCRIBE of the same payloads.
 The turn runs on one ``think-jobs worker`` subprocess; the subscriber follows it from this
 process, subscribed before the turn starts. The bare run publishes the very events the turn
 stored in its replay buffer, one PUBLISH each, from a task on the same worker, to a plain
-redis-py subscriber here. Rates count events from the first received to the last.
+redis-py subscriber here. Rates count events from the first received to the last. Events per
+append call divide the turn's events by the EVALSHA calls the Redis server counted meanwhile
+(``INFO commandstats``: server-wide, so anything else using the server adds to it).
 
     .venv/bin/python -m bench.stream [--quick] [--chunks 10000]
 """
@@ -32,6 +34,7 @@ class Delivery:
     first_s: float
     last_s: float
     worker_cpu_s: float = 0.0
+    script_calls: int = 0
 
     @property
     def rate_per_s(self) -> float:
@@ -41,8 +44,18 @@ class Delivery:
     def cpu_us_per_event(self) -> float:
         return self.worker_cpu_s * 1e6 / self.events
 
-    def with_cpu(self, worker_cpu_s: float) -> Delivery:
-        return replace(self, worker_cpu_s=worker_cpu_s)
+    @property
+    def events_per_call(self) -> float:
+        return self.events / max(1, self.script_calls)
+
+    def with_cpu(self, worker_cpu_s: float, script_calls: int = 0) -> Delivery:
+        return replace(self, worker_cpu_s=worker_cpu_s, script_calls=script_calls)
+
+
+def script_calls(run: Scratch) -> int:
+    """EVALSHA calls the Redis server has run so far (every client's)."""
+    stats = run.jobs.redis.info("commandstats").get("cmdstat_evalsha", {})
+    return int(stats.get("calls", 0))
 
 
 def _submit(run: Scratch, request_id: str, chunks: int) -> LongStream:
@@ -99,9 +112,10 @@ def bare_delivery(run: Scratch, source_key: str, expected: int) -> Delivery:
 
 def run_round(run: Scratch, worker: WorkerProcess, chunks: int) -> tuple[Delivery, Delivery]:
     """One think-jobs turn, then the bare replay of its events; each with the worker's CPU."""
-    cpu = worker.cpu_s()
+    cpu, calls = worker.cpu_s(), script_calls(run)
     turn, buffer = think_jobs_delivery(run, chunks)
-    turn, cpu = turn.with_cpu(worker.cpu_s() - cpu), worker.cpu_s()
+    turn = turn.with_cpu(worker.cpu_s() - cpu, script_calls(run) - calls)
+    cpu = worker.cpu_s()
     stored = int(run.jobs.redis.llen(buffer))
     if stored != turn.events:
         raise RuntimeError(f"subscriber saw {turn.events} events, the buffer holds {stored}")
@@ -117,11 +131,13 @@ def run_backend(backend: str, args: argparse.Namespace) -> list[Figure]:
     bare = measure.median([b.rate_per_s for _, b in results])
     turn_cpu = measure.median([t.cpu_us_per_event for t, _ in results])
     bare_cpu = measure.median([b.cpu_us_per_event for _, b in results])
+    per_call = measure.median([t.events_per_call for t, _ in results])
     case = f"{backend}, {args.chunks:,} chunks, live subscriber"
     reference = "bare PUBLISH→SUBSCRIBE"
     return [
         Figure("stream", case, "events/s", turn, bare, reference, TARGET),
         Figure("stream", case, "worker CPU per event (µs)", turn_cpu, bare_cpu, reference),
+        Figure("stream", case, "events per append call", per_call),
     ]
 
 
