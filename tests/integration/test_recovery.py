@@ -60,6 +60,20 @@ def test_stalled_submission_is_continued_by_a_worker(jobs: ThinkJobs) -> None:
     assert texts(agent)[-1] == ("assistant", "one two three and the rest.")
 
 
+def test_a_stall_is_noticed_when_it_is_due_not_at_a_polling_tick(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    """The watch sleeps until its next deadline: with revocation polled once a minute, a
+    model that stalls past its 0.5 s timeout is still interrupted then, and continued."""
+    jobs = make_jobs(cancel_poll_interval_s=60)
+    agent = jobs.get_agent(Staller, "a")
+    result = agent.submit_messages([user("go")])
+    with worker(jobs):
+        done = wait_for_status(agent, result.submission_id, "completed", timeout_s=20)
+    assert done.attempt == 2
+    assert texts(agent)[-1] == ("assistant", "one two three and the rest.")
+
+
 CALLER = """
 import json, sys
 from tests.apps.agents import jobs, Recorder

@@ -3,10 +3,10 @@
 One daemon thread per running attempt, talking only to the database, so that nothing can hold
 up the lease: every ``lease_ttl_s / 3`` it renews the lease through the fence and reads the
 turn's status in the same transaction (a ``cancel_submission`` that found Redis down is seen
-there); every ``cancel_poll_interval_s`` it checks the caller's in-process signal, the stall
-timeout and the lease's local bound (an attempt that could not renew in time stops before
-anyone else may take the turn). Losing Redis alone therefore never costs an attempt its lease
-while the database answers.
+there); it wakes when the stall timeout or the lease's local bound is due (an attempt that
+could not renew in time stops before anyone else may take the turn), and every
+``cancel_poll_interval_s`` when the caller's in-process signal is a ``threading.Event``.
+Losing Redis alone therefore never costs an attempt its lease while the database answers.
 
 The Redis revocation flags of all the attempts running in a process are polled by one
 ``RevocationPoller`` thread (one MGET per ``cancel_poll_interval_s``); the flag is also read
@@ -30,6 +30,8 @@ from think_jobs.signals import AbortController, AbortSignal, SignalLike, signal_
 from think_jobs.transport.flags import RevocationPoller
 
 log = logging.getLogger(__name__)
+
+_MIN_WAIT_S = 0.001  # a deadline just passed is looked at again after this, not in a spin
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,7 @@ class TurnWatch:
 
     def _loop(self) -> None:
         next_heartbeat = self._first_heartbeat()
-        while not self._closed.wait(self._timings.poll_s):
+        while not self._closed.wait(self._wait_s(next_heartbeat)):
             self._check_local_and_stall()
             if time.monotonic() >= next_heartbeat:
                 next_heartbeat = time.monotonic() + self._timings.heartbeat_s
@@ -148,6 +150,23 @@ class TurnWatch:
                     return
             if not self._lease.locally_valid():
                 self.stop(StopKind.LEASE_LOST, "the lease could not be renewed in time")
+
+    def _wait_s(self, next_heartbeat: float) -> float:
+        """How long the watch may sleep: until the first of the next heartbeat, the lease's
+        local bound and the stall deadline (each checked when it is due, not on a fixed tick,
+        so a thousand running turns do not wake a thousand threads five times a second). A
+        caller's ``threading.Event`` has no listener and is looked at every ``poll_s``. The
+        bound and the deadline move later as the lease is renewed and chunks arrive: waking at
+        an old one finds nothing to do and sleeps again."""
+        now = time.monotonic()
+        due = [next_heartbeat]
+        if not self.stopped:  # once stopped, only the heartbeat matters until close()
+            due.append(self._lease.valid_until - self._lease.safety_s)
+            if self.stall_timeout_s is not None:
+                due.append(self._last_chunk + self.stall_timeout_s)
+        if self._local is not None and not isinstance(self._local, AbortSignal):
+            due.append(now + self._timings.poll_s)
+        return max(_MIN_WAIT_S, min(due) - now)
 
     def _first_heartbeat(self) -> float:
         """A heartbeat interval after the lease was last renewed, not after the watch began:
