@@ -143,3 +143,25 @@ def test_a_worker_sizes_its_stream_pool_from_its_concurrency(make_jobs: Any) -> 
     with worker(big, concurrency=120):
         assert big.clients.stream_connections == 120 + STREAM_HEADROOM
         assert big.redis.connection_pool.max_connections == 120 + STREAM_HEADROOM
+
+
+def test_a_turn_client_given_back_serves_the_next_turn_with_its_connection(
+    make_jobs: Any,
+) -> None:
+    clients = make_jobs().clients
+    first = clients.turn_stream()
+    first.ping()
+    connection = first.connection
+    clients.release(first)
+    again = clients.turn_stream()
+    assert again is first and again.connection is connection  # no new client, same socket
+    assert again.ping()
+    other = clients.turn_stream()  # the first is held again: another one is made
+    assert other is not first
+    clients.release(again)
+    clients.release(other)
+    clients.size_for_concurrency(500)  # a bigger pool replaces the old one...
+    fresh = clients.turn_stream()
+    assert fresh is not first and fresh is not other  # ...whose idle clients were closed
+    assert first.connection is None and fresh.connection_pool.max_connections == 508
+    clients.release(fresh)
