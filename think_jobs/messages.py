@@ -199,8 +199,15 @@ PART_TYPES: tuple[str, ...] = (
 
 
 def _part_tag(value: Any) -> str | None:
-    """Discriminator: the part's ``type``, with ``tool-*`` / ``data-*`` families folded."""
-    kind = value.get("type") if isinstance(value, Mapping) else getattr(value, "type", None)
+    """Discriminator: the part's ``type``, with ``tool-*`` / ``data-*`` families folded.
+    Called for every part validated or serialised: the common types are tested before the
+    ``Mapping`` ABC, whose check costs several times more."""
+    if isinstance(value, dict):
+        kind = value.get("type")
+    elif isinstance(value, WireModel) or not isinstance(value, Mapping):
+        kind = getattr(value, "type", None)
+    else:
+        kind = value.get("type")
     if not isinstance(kind, str):
         return None
     if kind.startswith("tool-"):
