@@ -164,9 +164,15 @@ def test_close_sends_what_is_held_and_then_nothing(client: redis.Redis) -> None:
     stream.chunk(json.dumps({"type": "finish-step"}), defer=True)
     stream.close()  # an interrupted attempt: what was held, not the framing after it
     assert texts(client) == ["a", "b"]
+
+
+def test_nothing_is_sent_after_close(client: redis.Redis) -> None:
+    stream = writer(client, 0.0)  # a chunk would go out at once
+    stream.chunk(delta("a"))
+    stream.close()
     stream.chunk(delta("late"))
     stream.close()
-    assert texts(client) == ["a", "b"]  # after close no thread sends for it
+    assert texts(client) == ["a"]
 
 
 def test_a_held_chunk_whose_send_failed_goes_out_after_the_back_off(

@@ -284,8 +284,11 @@ class StreamWriter:
 
     def chunk(self, chunk_json: str, *, defer: bool = False) -> None:
         """Queue one chunk (AI SDK JSON) and, unless deferred, send what is queued now or,
-        within a flush window of the last send, hold it for one send a little later."""
+        within a flush window of the last send, hold it for one send a little later. After
+        ``done`` or ``close`` it is dropped: the attempt is over."""
         with self._lock:
+            if self._ended:
+                return
             self._pending.append(chunk_tail(chunk_json))
             if defer:
                 return
