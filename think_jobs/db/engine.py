@@ -159,7 +159,7 @@ class Database:
 
     def __init__(self, url: str, *, pool_size: int) -> None:
         self.url = url
-        self._dialect = make_url(url).get_backend_name()
+        self._dialect: str | None = None
         self._pool_size = pool_size
         self._engine: Engine | None = None
 
@@ -171,6 +171,8 @@ class Database:
 
     @property
     def dialect(self) -> str:
+        if self._dialect is None:  # parsed on first use: ``check_url`` explains a bad one
+            self._dialect = make_url(self.url).get_backend_name()
         return self._dialect
 
     @contextmanager
