@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from think_jobs.db import turns as turn_ops
 from think_jobs.domain.records import Admission, AgentRef, NewTurn
 from think_jobs.domain.status import Kind
 from think_jobs.engine import submissions
+from think_jobs.errors import SubmissionConflictError
 
 pytestmark = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 
@@ -84,16 +86,29 @@ def test_a_submission_is_one_statement_that_commits_by_itself(jobs: ThinkJobs) -
     assert stored == second.turn
 
 
-def test_a_key_already_used_takes_the_general_path_and_finds_the_submission(
-    jobs: ThinkJobs,
-) -> None:
+def test_a_key_already_used_is_answered_by_one_more_read(jobs: ThinkJobs) -> None:
     agent, _ = queued(jobs, 0)
     first, _ = admit(jobs, agent, "first", key="evt-1")
     again, sent = admit(jobs, agent, "again", key="evt-1")
-    general = [sql.split()[0] for sql, autocommit in sent[1:] if not autocommit]
-    assert sent[0][0].startswith("WITH bumped") and general[:2] == ["UPDATE", "SELECT"]
+    shapes = [(sql.split()[:2], autocommit) for sql, autocommit in sent]
+    assert shapes == [(["WITH", "bumped"], True), (["SELECT", "think_turns.id,"], True)]
     assert not again.accepted and again.turn.id == first.turn.id
+    assert admitted_count(jobs, agent) == 1  # the duplicate bumped nothing
     assert [m.id for m in jobs.get_agent(Quiet, "a").get_messages()] == []  # not started yet
+
+
+def test_ids_naming_two_different_turns_are_refused_and_change_nothing(jobs: ThinkJobs) -> None:
+    agent, _ = queued(jobs, 0)
+    first, _ = admit(jobs, agent, "first", key="evt-1")
+    new = NewTurn(str(uuid.uuid4()), Kind.SUBMISSION, "submission", messages=[user("x")])
+    with pytest.raises(SubmissionConflictError):
+        submissions.admit(
+            jobs.services,
+            agent.id,
+            replace(new, idempotency_key="evt-1"),
+            submission_id="another-id",
+        )
+    assert admitted_count(jobs, agent) == 1 and first.accepted
 
 
 def _wait_for_lock_waiter(jobs: ThinkJobs, deadline_s: float = 10.0) -> None:

@@ -66,6 +66,7 @@ __all__ = [
     "admit_at_tail",
     "admit_submission",
     "claim_next",
+    "existing_submission",
     "release",
 ]
 
@@ -100,12 +101,24 @@ def admit_submission(
     """Admit a durable submission, or return the one these ids already name (accepted=False;
     ``submission_id`` is the id the caller gave, if any)."""
     admitted = agent_ops.next_admission(conn, agent_id)  # locks the row: duplicates serialise
+    existing = existing_submission(conn, agent_id, new, submission_id=submission_id)
+    if existing is not None:
+        return existing
+    return admit(conn, agent_id, new, admitted=admitted)
+
+
+def existing_submission(
+    conn: Connection, agent_id: int, new: NewTurn, *, submission_id: str | None
+) -> Admission | None:
+    """The stored submission the ids of ``new`` name (accepted=False), or None; raises
+    ``SubmissionConflictError`` when they name different turns. A turn it finds is committed,
+    so answering a duplicate needs no lock: only admitting a new turn does."""
     key = new.idempotency_key
+    if submission_id is None and key is None:
+        return None
     found = turn_ops.find_by_request_or_key(conn, agent_id, submission_id, key)
     existing = policy.existing_submission(found, submission_id, key)
-    if existing is not None:
-        return Admission(existing, accepted=False, is_head=False)
-    return admit(conn, agent_id, new, admitted=admitted)
+    return None if existing is None else Admission(existing, accepted=False, is_head=False)
 
 
 def claim_next(

@@ -122,14 +122,19 @@ def admit(
     services: Services, agent_id: int, new: NewTurn, *, submission_id: str | None
 ) -> Admission:
     """Store a submission, or find the one its ids name. On PostgreSQL the common case is one
-    statement that commits by itself; the rest is a transaction of the general path."""
+    statement that commits by itself, and a duplicate one read more; the rest (a contended
+    agent, SQLite) is a transaction of the general path."""
     for attempt in range(3):
         try:
             if services.db.dialect == "postgresql":
                 with services.db.statement() as conn:
-                    at_tail = queueing.admit_at_tail(conn, agent_id, new)
-                if at_tail is not None:
-                    return at_tail
+                    found = queueing.admit_at_tail(conn, agent_id, new)
+                    if found is None:  # a duplicate (a webhook retried): one more read
+                        found = queueing.existing_submission(
+                            conn, agent_id, new, submission_id=submission_id
+                        )
+                if found is not None:
+                    return found
             with services.db.write() as conn:
                 return queueing.admit_submission(conn, agent_id, new, submission_id=submission_id)
         except ConcurrentWrite:  # a concurrent insert won a unique constraint: look again
