@@ -10,15 +10,19 @@ changed the agent row between its snapshot and its lock:
 - the UPDATE's condition compares the row version's ``xmin`` with the one the statement's
   snapshot saw. When another transaction updated the row meanwhile (a claim, a release, an
   admission), PostgreSQL re-checks the condition on the new version, it fails, and nothing is
-  written: the caller takes the general path in the same transaction;
+  written: the caller takes the general path in a transaction of its own;
 - the ids the caller gave (a submission id, an idempotency key) must name no turn in the
-  snapshot; when one does, nothing is written and the general path applies the rules of
-  duplicates (``policy.existing_submission``). A duplicate committed after the snapshot bumped
-  the agent row, so the first condition catches it.
+  snapshot; when one does, nothing is written and the caller reads the turns they name and
+  applies the rules of duplicates (``queueing.existing_submission``). A duplicate committed
+  after the snapshot bumped the agent row, so the first condition catches it.
 
-Every transaction that changes an agent's queue in a way an admission must see (claims,
-releases, admissions) updates the agent row, which is what makes the ``xmin`` guard enough.
-SQLite has no data-modifying CTE; its writers are serialised by the database lock anyway.
+The transactions an admission waits for are those holding the agent row (claims, releases,
+admissions: each updates it); the guard makes sure the statement never acts on a snapshot
+older than one of them, so it sees what the two-statement path would. A transaction that
+changes a turn without the agent row (cancelling a pending one) races with an admission the
+same way on both paths. A row version the guard cannot match (frozen by VACUUM in between,
+say) only sends the admission down the general path. SQLite has no data-modifying CTE; its
+writers are serialised by the database lock anyway.
 """
 
 from __future__ import annotations
