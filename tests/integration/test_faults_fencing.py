@@ -41,7 +41,7 @@ def fault_jobs(make_jobs: Callable[..., ThinkJobs], fault_env: dict[str, str]) -
 
 
 def assert_clean(report: Report, *, took_over: bool) -> None:
-    assert report.problems == []
+    assert report.problems == [], "\n".join(report.problems)  # each with its whole timeline
     assert report.anomalies == (0, 0, 0, 0, 0, 0)
     assert report.completed == report.submissions and report.faults > 0
     assert (report.recovered > 0) is took_over  # the fault hit running turns (or, cut from
