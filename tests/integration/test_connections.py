@@ -53,3 +53,21 @@ def test_a_connection_that_died_in_use_fails_one_operation_then_recovers(
     finally:
         database.close()
     assert second != first
+
+
+def test_a_connection_in_use_when_the_database_closes_is_closed_when_it_comes_back(
+    database_url: str,
+) -> None:
+    """A heartbeat or a request on another thread may hold a connection while the runtime
+    closes: it is closed on its way back, not left open in the disposed pool until the
+    garbage collector finds it (psycopg's "deleted while still open" ResourceWarning)."""
+    database = Database(database_url, pool_size=1)
+    with database.read() as conn:
+        raw = conn.connection.dbapi_connection
+        assert raw is not None
+        database.close()
+        conn.execute(text("SELECT 1"))  # still usable until it comes back
+        assert not raw.closed
+    assert raw.closed
+    assert backend_pid(database) > 0  # and the database still works after close()
+    database.close()

@@ -162,6 +162,7 @@ class Database:
         self._dialect: str | None = None
         self._pool_size = pool_size
         self._engine: Engine | None = None
+        self._closes = 0  # how many times close() ran: a connection out across one is dropped
 
     @property
     def engine(self) -> Engine:
@@ -193,15 +194,29 @@ class Database:
         a write that is one statement and so needs no transaction round trips of its own."""
         if self.dialect != "postgresql":
             raise ValueError("Database.statement() is for PostgreSQL")
-        with _errors_mapped(), self.engine.connect() as conn:
+        with _errors_mapped(), self._connection() as conn:
             yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[Connection]:
-        with _errors_mapped(), self.engine.connect() as conn:
+        with _errors_mapped(), self._connection() as conn:
             conn.execution_options(**{_WRITE: write})
             with conn.begin():
                 yield conn
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection]:
+        """A pooled connection. One still out when ``close()`` ran (a heartbeat or a request
+        in flight on another thread) is closed when it comes back: the pool it would return
+        to is the disposed one, which nothing closes (psycopg would warn when it is
+        garbage-collected, leaving a server connection open until then)."""
+        closes = self._closes
+        with self.engine.connect() as conn:
+            try:
+                yield conn
+            finally:
+                if self._closes != closes:
+                    conn.invalidate()
 
     def forget_inherited_connections(self) -> None:
         """In a forked child: drop the parent's pooled connections without closing them."""
@@ -209,6 +224,7 @@ class Database:
             self._engine.dispose(close=False)
 
     def close(self) -> None:
-        """Close pooled connections."""
+        """Close pooled connections (and each one in use elsewhere when it comes back)."""
+        self._closes += 1
         if self._engine is not None:
             self._engine.dispose()
