@@ -71,7 +71,8 @@ class RecordingModel:
     """Records the start and end of each model call in the journal (a global order that needs
     no clocks), then streams the scripted reply the directive asks for. In a file journal it
     also records each chunk it yields, and ``holding`` when it waits ``hold_s`` after its
-    last chunk (the window just before the final write)."""
+    last chunk (the window just before the final write; the wait ends early when the turn's
+    signal aborts, as a real model's call does)."""
 
     def __init__(self, journal: Journal, agent: str) -> None:
         self._journal = journal
@@ -95,7 +96,8 @@ class RecordingModel:
                 yield chunk
             if spec.get("hold_s"):
                 self._record("holding", label)
-                time.sleep(float(spec["hold_s"]))
+                request.signal.wait(float(spec["hold_s"]))  # as a real model's call, aborted
+                # when the attempt must stop (its lease could not be renewed in time)
         finally:
             self._record("end", label)
 

@@ -201,7 +201,7 @@ def _check_messages(agent: Any, entries: list[tuple[str, str]], report: Report) 
             report.problems.append(f"{label}: user message stored {seen} times")
 
 
-_PROCESS_EVENTS = frozenset({"killed", "stopped", "resumed"})
+_PROCESS_EVENTS = frozenset({"killed", "stopping", "stopped", "resumed"})
 
 
 def _runs(events: list[dict[str, Any]]) -> dict[str, list[tuple[int, int, str]]]:
@@ -241,25 +241,37 @@ def _effective_end(
     if another call of its agent started after that stop and before ``ending``; else there."""
     agent, pid, end = ending["agent"], ending["pid"], int(ending["tick"])
     for stop in stops:
-        if stop["pid"] != pid or not start < stop["tick"] < end:
+        froze = int(stop["from_tick"])  # the freeze began after this event, before the stop
+        if stop["pid"] != pid or not (start < stop["tick"] and froze < end):
             continue
         if any(
-            e["what"] == "start" and e.get("agent") == agent and stop["tick"] < e["tick"] < end
+            e["what"] == "start" and e.get("agent") == agent and froze < e["tick"] < end
             for e in ordered
         ):
-            return int(stop["tick"])
+            return max(start, froze)
     return end
 
 
 def _long_stops(ordered: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The stops that lasted longer than the lease TTL they name."""
+    """The stops that lasted longer than the lease TTL they name, each with ``from_tick``: the
+    ``stopping`` event written just before the signal (the freeze began after it and before
+    the ``stopped`` event; the stop's own tick when there is none)."""
     found = []
     for stop in (e for e in ordered if e["what"] == "stopped"):
         resumed = _resume_of(ordered, stop)
         lasted = (resumed["t"] if resumed is not None else float("inf")) - stop["t"]
         if lasted > stop["lease_ttl_s"]:
-            found.append(stop)
+            found.append({**stop, "from_tick": _stopping_of(ordered, stop)})
     return found
+
+
+def _stopping_of(ordered: list[dict[str, Any]], stop: dict[str, Any]) -> int:
+    before = [
+        e["tick"]
+        for e in ordered
+        if e["what"] == "stopping" and e["pid"] == stop["pid"] and e["tick"] < stop["tick"]
+    ]
+    return max(before, default=int(stop["tick"]))
 
 
 def _resume_of(ordered: list[dict[str, Any]], stop: dict[str, Any]) -> dict[str, Any] | None:

@@ -78,7 +78,7 @@ def finish(jobs: ThinkJobs, admitted: Admitted, report: Report) -> Report:
 # -- what is running where (from the journal) --------------------------------------------------
 
 
-_FAULTS = frozenset({"stopped", "resumed", "cut", "healed"})
+_FAULTS = frozenset({"stopping", "stopped", "resumed", "cut", "healed"})
 
 
 def open_calls(jobs: ThinkJobs) -> list[dict[str, Any]]:
@@ -124,12 +124,14 @@ def busy_worker(
 
 def pause(jobs: ThinkJobs, process: WorkerProcess, seconds: float, *, lease_ttl_s: float) -> None:
     """SIGSTOP the worker for ``seconds`` (longer than the lease TTL), then SIGCONT it; both
-    go in the journal (the stop once the process is stopped, with the lease TTL it outlasts;
-    the resume before it runs)."""
+    go in the journal: ``stopping`` just before the signal and ``stopped`` once the process
+    is frozen (with the lease TTL it outlasts), so the freeze began between the two however
+    slowly this process runs; ``resumed`` before it runs again."""
     pid = process.process.pid
+    journal = Journal(jobs)
+    journal.write({"what": "stopping", "pid": pid, "t": time.time()})
     os.killpg(pid, signal.SIGSTOP)
     wait_until(lambda: _state(pid) == "T", 10, interval_s=0.005)
-    journal = Journal(jobs)
     journal.write({"what": "stopped", "pid": pid, "t": time.time(), "lease_ttl_s": lease_ttl_s})
     time.sleep(seconds)  # the fault itself: the process is frozen this long
     journal.write({"what": "resumed", "pid": pid, "t": time.time()})

@@ -110,3 +110,42 @@ def test_a_short_stop_leaves_no_tail_to_judge() -> None:
     journal.call("end", A)
     journal.call("end", B)
     assert zombie_tails(journal.events) == []
+
+
+def test_a_takeover_journalled_before_the_stop_but_after_the_signal_is_no_overlap() -> None:
+    """The test process may be slow to see the worker frozen: another worker can take the
+    turn over before ``stopped`` is written, never before ``stopping`` (just before the
+    signal)."""
+    journal = Journal()
+    journal.call("start", A)
+    journal.add("stopping", A, t=1000.0)
+    journal.call("start", B)  # the lease lapsed while this process waited for the freeze
+    journal.add("stopped", A, t=1003.0, lease_ttl_s=2.0)
+    journal.add("resumed", A, t=1006.0)
+    journal.call("end", A)
+    journal.call("end", B)
+    assert overlaps(journal) == 0
+
+
+def test_a_takeover_before_the_signal_is_an_overlap() -> None:
+    journal = Journal()
+    journal.call("start", A)
+    journal.call("start", B)  # the lease lapsed with no fault to explain it
+    journal.add("stopping", A, t=1000.0)
+    journal.add("stopped", A, t=1000.0, lease_ttl_s=2.0)
+    journal.add("resumed", A, t=1006.0)
+    journal.call("end", A)
+    journal.call("end", B)
+    assert overlaps(journal) == 1
+
+
+def test_a_call_started_between_the_signal_and_the_freeze_is_judged_frozen() -> None:
+    journal = Journal()
+    journal.add("stopping", A, t=1000.0)
+    journal.call("start", A)  # got in before the signal landed
+    journal.add("stopped", A, t=1000.0, lease_ttl_s=2.0)
+    journal.call("start", B)
+    journal.add("resumed", A, t=1006.0)
+    journal.call("end", A)
+    journal.call("end", B)
+    assert overlaps(journal) == 0
