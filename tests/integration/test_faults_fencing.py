@@ -16,10 +16,23 @@ from pathlib import Path
 
 import pytest
 
+from tests.apps.agents import Recorder, read_events
 from tests.support.faults import Report
-from tests.support.fencing_faults import Load, clock_skew, partition, zombies
+from tests.support.fencing_faults import (
+    Load,
+    _through,
+    busy_worker,
+    clock_skew,
+    finish,
+    partition,
+    submit,
+    workers,
+    zombies,
+)
 from tests.support.proxy import proxy_to
 from think_jobs import ThinkJobs
+from think_jobs.messages import message_text
+from think_jobs.testing import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("backend", ["postgres"], indirect=True)]
 
@@ -73,6 +86,32 @@ def test_a_worker_cut_from_postgresql_alone_writes_nothing_stale(
             fault_jobs, fault_env, server="postgres", proxy=proxy, cuts=2, cut_s=6, load=load
         )
     assert_clean(report, took_over=True)
+
+
+def test_a_worker_cut_from_postgresql_ends_its_model_call_while_the_cut_lasts(
+    fault_jobs: ThinkJobs, fault_env: dict[str, str]
+) -> None:
+    """Its lease renewal hangs in the partition (the proxy holds the bytes); the watch does
+    not wait for it: the model call is stopped before the lease may lapse, so it has ended
+    before anyone may take the turn over, not when the network heals."""
+    ttl_s = float(fault_env["THINK_JOBS_LEASE_TTL_S"])
+    load = Load(agents=1, per_agent=1, words=400, delay_s=0.03)  # a 12 s model call
+    admitted = submit(fault_jobs, load)
+    with proxy_to(5432) as proxy, workers([_through(fault_env, "postgres", proxy)]) as cut_off:
+        assert busy_worker(fault_jobs, cut_off, lambda call: call["chunks"] >= 3, admitted)
+        proxy.cut()
+        try:
+            wait_until(lambda: any(e["what"] == "end" for e in read_events(fault_jobs)), 2 * ttl_s)
+        finally:
+            proxy.heal()
+        report = finish(fault_jobs, admitted, Report("cut", faults=1))
+    assert report.problems == [], "\n".join(report.problems)
+    assert report.anomalies == (0, 0, 0, 0, 0, 0)
+    assert report.completed == report.submissions == 1
+    agent = fault_jobs.get_agent(Recorder, "agent-0")
+    (reply,) = [message_text(m) for m in agent.get_messages() if m.role == "assistant"]
+    whole = " ".join(f"w{i}" for i in range(400))
+    assert reply != whole and reply.endswith(" " + whole)  # the partial, then the whole rerun
 
 
 def test_a_worker_cut_from_redis_alone_keeps_its_lease_and_its_stream(

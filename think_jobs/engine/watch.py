@@ -5,7 +5,10 @@ up the lease: every ``lease_ttl_s / 3`` it renews the lease through the fence an
 turn's status in the same transaction (a ``cancel_submission`` that found Redis down is seen
 there); it wakes when the stall timeout or the lease's local bound is due (an attempt that
 could not renew in time stops before anyone else may take the turn), and every
-``cancel_poll_interval_s`` when the caller's in-process signal is a ``threading.Event``.
+``cancel_poll_interval_s`` when the caller's in-process signal is a ``threading.Event``. Each
+renewal runs on a short-lived thread of its own, at most one at a time: a database that stops
+answering (a partition that holds bytes) blocks that renewal, never the watch, which still
+stops the attempt at the local bound.
 Losing Redis alone therefore never costs an attempt its lease while the database answers.
 
 The Redis revocation flags of all the attempts running in a process are polled by one
@@ -32,6 +35,7 @@ from think_jobs.transport.flags import RevocationPoller
 log = logging.getLogger(__name__)
 
 _MIN_WAIT_S = 0.001  # a deadline just passed is looked at again after this, not in a spin
+_CONFIRM_WAIT_S = 0.25  # how long confirm() waits for a renewal once the lease may have lapsed
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,9 @@ class TurnWatch:
         self._closed = threading.Event()
         self._last_chunk = time.monotonic()
         self._thread = threading.Thread(target=self._loop, name="think-jobs-watch", daemon=True)
+        self._renewal: threading.Thread | None = None  # the renewal in flight, if any
+        self._renewal_lock = threading.Lock()
+        self._lost = False
         self._unlisten = (
             signal.add_listener(self._on_local_abort) if isinstance(signal, AbortSignal) else None
         )
@@ -95,10 +102,13 @@ class TurnWatch:
         tool. A lease past its local bound is renewed through the fence first, here and now, not
         at the watch's next poll: a process resumed after a pause longer than the lease must not
         go on while the turn may already run elsewhere (the renewal fails then, and the attempt
-        stops at once); a lease that only aged, taken by no one, is renewed and it goes on."""
+        stops at once); a lease that only aged, taken by no one, is renewed and it goes on. The
+        renewal is waited for until the lease may lapse (at least ``_CONFIRM_WAIT_S``), not
+        longer: a database that does not answer stops the attempt instead of holding it."""
         lease = self._lease
         if not self.stopped and not lease.released and lease.lapsed:
-            self._heartbeat()
+            wait_s = max(_CONFIRM_WAIT_S, lease.valid_until - time.monotonic())
+            self._renew().join(wait_s)
             if lease.lapsed:
                 self.stop(StopKind.LEASE_LOST, "the lease could not be renewed in time")
         return not self.stopped
@@ -142,12 +152,11 @@ class TurnWatch:
 
     def _loop(self) -> None:
         next_heartbeat = self._first_heartbeat()
-        while not self._closed.wait(self._wait_s(next_heartbeat)):
+        while not self._closed.wait(self._wait_s(next_heartbeat)) and not self._lost:
             self._check_local_and_stall()
             if time.monotonic() >= next_heartbeat:
                 next_heartbeat = time.monotonic() + self._timings.heartbeat_s
-                if not self._heartbeat():
-                    return
+                self._renew()
             if not self._lease.locally_valid():
                 self.stop(StopKind.LEASE_LOST, "the lease could not be renewed in time")
 
@@ -176,18 +185,31 @@ class TurnWatch:
         renewed = lease.valid_until - lease.ttl_s  # when the last renewal was sent
         return min(time.monotonic() + interval, renewed + interval)
 
-    def _heartbeat(self) -> bool:
-        """Renew the lease; False once it is lost (nothing more to watch for)."""
+    def _renew(self) -> threading.Thread:
+        """The renewal in flight, or a new one started (never two at once)."""
+        with self._renewal_lock:
+            renewal = self._renewal
+            if renewal is None or not renewal.is_alive():
+                renewal = threading.Thread(
+                    target=self._heartbeat, name="think-jobs-renewal", daemon=True
+                )
+                renewal.start()
+                self._renewal = renewal
+            return renewal
+
+    def _heartbeat(self) -> None:
+        """Renew the lease and look at the turn; once the lease is lost, nothing more is
+        watched for."""
         try:
             turn = self._lease.heartbeat(self._turn.id)
         except LeaseLost:
             self.stop(StopKind.LEASE_LOST, "the agent's lease was lost")
-            return False
+            self._lost = True
+            return
         except StorageUnavailableError as error:
             log.warning("lease heartbeat failed for turn %s: %s", self._turn.id, error)
-            return True
+            return
         self._check_turn(turn)
-        return True
 
     def _check_turn(self, turn: TurnRecord | None) -> None:
         if turn is not None and turn.attempt != self._turn.attempt:
