@@ -22,6 +22,7 @@ from think_jobs.testing import worker
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(240)  # 20 kills and their recoveries: its own wait allows 180 s
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 def test_sigkill_workers_mid_stream_loses_nothing(
     make_jobs: Callable[..., ThinkJobs], settings_env: dict[str, str]

@@ -161,7 +161,9 @@ def test_signal_timeout_aborts_a_turn_that_would_never_end(logged: Logged) -> No
     result = logged.save_messages([user("hi")], signal=AbortSignal.timeout(0.3))
     assert (result.status, result.error) == ("aborted", "timeout")
     assert texts(logged)[0] == ("user", "hi")
-    assert all(text in ("", "w0 w1 w2 ") for role, text in texts(logged) if role == "assistant")
+    # What streamed before the timeout is kept: under load the timeout may come before all
+    # three words have, so any prefix of them.
+    assert all("w0 w1 w2 ".startswith(text) for role, text in texts(logged) if role == "assistant")
 
 
 def test_signal_aborted_during_the_turn_keeps_the_partial(logged: Logged) -> None:
