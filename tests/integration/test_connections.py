@@ -1,9 +1,14 @@
-"""Pooled PostgreSQL connections that died while resting: pinged and replaced on checkout."""
+"""How the pool treats PostgreSQL connections: one that died while resting is pinged and
+replaced on checkout; none is left open by a close() or by threads that first use a database
+together."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 
 from tests.conftest import _pg_admin
 from think_jobs import StorageUnavailableError
@@ -71,3 +76,51 @@ def test_a_connection_in_use_when_the_database_closes_is_closed_when_it_comes_ba
     assert raw.closed
     assert backend_pid(database) > 0  # and the database still works after close()
     database.close()
+
+
+def test_a_connection_taken_after_the_database_closed_is_closed_when_it_comes_back(
+    database_url: str,
+) -> None:
+    """A straggler (a lease renewal still in flight, a request a server thread finishes) may
+    use the database after the runtime closed it: its connection is not pooled, where nothing
+    would ever close it."""
+    database = Database(database_url, pool_size=1)
+    backend_pid(database)
+    database.close()
+    with database.read() as conn:
+        raw = conn.connection.dbapi_connection
+        assert raw is not None
+        conn.execute(text("SELECT 1"))
+    assert raw.closed
+
+
+def test_threads_that_first_use_the_database_together_share_one_pool(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's sweeper and its start-up check touch a new ``Database`` at the same moment:
+    one engine must come of it, or the losing engine's pool is dropped with its connection
+    still open (the psycopg "deleted while still open" ResourceWarning of the browser tests,
+    and a server connection left open until the garbage collector finds it)."""
+    made = engine_module.create_db_engine
+
+    def slow_to_make(url: str, *, pool_size: int) -> Engine:  # as on a loaded machine
+        time.sleep(0.05)
+        return made(url, pool_size=pool_size)
+
+    monkeypatch.setattr(engine_module, "create_db_engine", slow_to_make)
+    database = Database(database_url, pool_size=8)
+    start = threading.Barrier(8)
+    engines: set[int] = set()
+
+    def first_use() -> None:
+        start.wait()
+        with database.read() as conn:
+            engines.add(id(conn.engine))
+
+    threads = [threading.Thread(target=first_use) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    database.close()
+    assert engines == {id(database.engine)}

@@ -15,6 +15,7 @@ died while in use (the server restarted under it) fails that one operation with
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -162,13 +163,21 @@ class Database:
         self._dialect: str | None = None
         self._pool_size = pool_size
         self._engine: Engine | None = None
-        self._closes = 0  # how many times close() ran: a connection out across one is dropped
+        self._lock = threading.Lock()
+        self._closed = False  # once closed, no connection goes back into the pool
 
     @property
     def engine(self) -> Engine:
-        if self._engine is None:
-            self._engine = create_db_engine(self.url, pool_size=self._pool_size)
-        return self._engine
+        """The engine, made on first use, once: threads that start together (a worker's
+        sweeper and its start-up check) must not each make one, or the pool of the engine
+        that loses is dropped with its connections still open."""
+        engine = self._engine
+        if engine is None:
+            with self._lock:
+                if self._engine is None:
+                    self._engine = create_db_engine(self.url, pool_size=self._pool_size)
+                engine = self._engine
+        return engine
 
     @property
     def dialect(self) -> str:
@@ -206,16 +215,16 @@ class Database:
 
     @contextmanager
     def _connection(self) -> Iterator[Connection]:
-        """A pooled connection. One still out when ``close()`` ran (a heartbeat or a request
-        in flight on another thread) is closed when it comes back: the pool it would return
-        to is the disposed one, which nothing closes (psycopg would warn when it is
-        garbage-collected, leaving a server connection open until then)."""
-        closes = self._closes
+        """A pooled connection. After ``close()`` a connection is closed when it comes back
+        instead of being pooled, whether it was out while ``close()`` ran (a heartbeat or a
+        request in flight on another thread) or taken afterwards (a straggling renewal or
+        request): nothing would ever close the pool it went back to, and psycopg warns when
+        such a connection is garbage-collected, leaving a server connection open until then."""
         with self.engine.connect() as conn:
             try:
                 yield conn
             finally:
-                if self._closes != closes:
+                if self._closed:
                     conn.invalidate()
 
     def forget_inherited_connections(self) -> None:
@@ -224,7 +233,8 @@ class Database:
             self._engine.dispose(close=False)
 
     def close(self) -> None:
-        """Close pooled connections (and each one in use elsewhere when it comes back)."""
-        self._closes += 1
+        """Close pooled connections, each one in use elsewhere when it comes back, and each
+        one a straggler takes later (the database still answers, unpooled)."""
+        self._closed = True
         if self._engine is not None:
             self._engine.dispose()
