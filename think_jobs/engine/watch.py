@@ -199,7 +199,10 @@ class TurnWatch:
 
     def _heartbeat(self) -> None:
         """Renew the lease and look at the turn; once the lease is lost, nothing more is
-        watched for."""
+        watched for. A renewal started as the watch closed does nothing: the attempt's writes
+        are done, and the runtime may be closing its database."""
+        if self._closed.is_set():
+            return
         try:
             turn = self._lease.heartbeat(self._turn.id)
         except LeaseLost:
