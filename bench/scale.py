@@ -30,7 +30,7 @@ from think_jobs.domain.records import AgentRef, Claim, NewTurn
 from think_jobs.domain.status import Kind
 from think_jobs.engine import queueing
 
-TARGET = Target("<=", 1.5)
+TARGET = Target("<=", 1.2)  # issue 19: list and claim stay flat from 10 k to 1 M rows
 MEASURED = "measured"
 USER_MESSAGE = {"id": "m-bench", "role": "user", "parts": [{"type": "text", "text": "Hello"}]}
 
@@ -67,6 +67,9 @@ class Operations:
     def list_pending(self, _: int) -> None:
         assert len(self.agent.list_submissions(status="pending")) == 3
 
+    def list_active(self, _: int) -> None:
+        assert len(self.agent.list_submissions(status=["pending", "running"])) == 3
+
     def list_terminal(self, _: int) -> None:
         self.agent.list_submissions(status=["completed", "error"], limit=50)
 
@@ -96,12 +99,19 @@ OPERATIONS: dict[str, str] = {
     "list_submissions() p50 (ms)": "list_newest",
     "list_submissions(before=cursor) p50 (ms)": "list_older",
     "list_submissions(status=pending) p50 (ms)": "list_pending",
+    "list_submissions(status=[pending, running]) p50 (ms)": "list_active",
     "list_submissions(status=[completed, error]) p50 (ms)": "list_terminal",
     "claim_next (rolled back) p50 (ms)": "claim",
     "admit_submission (rolled back) p50 (ms)": "admit",
     "sweeper query p50 (ms)": "sweep_query",
 }
-HEADLINE = {"list_submissions() p50 (ms)", "claim_next (rolled back) p50 (ms)"}
+HEADLINE = {
+    "list_submissions() p50 (ms)",
+    "list_submissions(status=pending) p50 (ms)",
+    "list_submissions(status=[pending, running]) p50 (ms)",
+    "claim_next (rolled back) p50 (ms)",
+    "sweeper query p50 (ms)",
+}
 
 
 def build(stack: ExitStack, backend: str, rows: int, args: argparse.Namespace) -> Operations:

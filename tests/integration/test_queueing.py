@@ -16,6 +16,7 @@ from tests.support.builders import user
 from think_jobs import Think, ThinkJobs
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import turns as turn_ops
+from think_jobs.db.tables import turns
 from think_jobs.domain.records import AgentRef, Claim, Drained, Idle, NewTurn
 from think_jobs.domain.status import Kind
 from think_jobs.engine import drain as worker
@@ -128,3 +129,31 @@ def test_a_drain_runs_what_is_queued_and_then_gives_the_lease_back(
     with jobs.db.read() as conn:
         assert not agent_ops.lease_is_live(conn, agent.id)
     assert worker.drain(jobs.services, agent.id) == Drained(0, Idle.IDLE)
+
+
+def test_the_sweeper_finds_agents_with_work_waiting_and_no_live_lease(jobs: ThinkJobs) -> None:
+    """Pending work with the lease free or expired, and a running turn whose executor's lease
+    expired, need a drain; pending work under a live lease, a continuation waiting for an
+    approval, and finished work do not."""
+    jobs.register(Quiet)
+    ids: dict[str, int] = {}
+    for name in ("free", "leased", "expired", "orphan", "asking", "done"):
+        agent = jobs.get_agent(Quiet, name)
+        agent.submit_messages([user("u", f"m-{name}")], submission_id=f"s-{name}")
+        found = jobs.agent_id_of(agent, create=True)
+        assert found is not None
+        ids[name] = found
+    with jobs.db.write() as conn:
+        for name, ttl_s in (("leased", 60.0), ("expired", -1.0), ("orphan", -1.0)):
+            assert agent_ops.try_acquire_lease(conn, ids[name], f"t-{name}", ttl_s=ttl_s)
+        set_status = turns.update().where(turns.c.agent_id == ids["orphan"])
+        conn.execute(set_status.values(status="running", attempt=1))
+        waiting = turns.update().where(turns.c.agent_id == ids["asking"])
+        conn.execute(waiting.values(awaiting_approval=True))
+        finished = turns.update().where(turns.c.agent_id == ids["done"])
+        conn.execute(finished.values(status="completed"))
+    with jobs.db.read() as conn:
+        found = agent_ops.agents_needing_a_drain(conn, limit=10)
+        first = agent_ops.agents_needing_a_drain(conn, limit=1)
+    assert found == sorted(ids[name] for name in ("free", "expired", "orphan"))
+    assert first == found[:1]

@@ -341,6 +341,12 @@ def test_list_pages_with_a_before_cursor_in_the_same_order_as_one_listing(
     assert pages == [whole[:3], whole[3:6], whole[6:]]
     pending = agent.list_submissions(status="pending", limit=10, before="s4")
     assert [s.submission_id for s in pending] == ["s3", "s1", "s0"]
+    agent.cancel_submission("s5")
+    pages, before = [], None  # several statuses: each read from its own range, then merged
+    while page := agent.list_submissions(status=["aborted", "pending"], limit=2, before=before):
+        pages.append([s.submission_id for s in page])
+        before = page[-1].submission_id
+    assert pages == [["s6", "s5"], ["s4", "s3"], ["s2", "s1"], ["s0"]]
 
 
 def test_list_rejects_a_before_cursor_that_is_not_a_submission_of_the_agent(

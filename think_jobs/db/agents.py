@@ -146,8 +146,9 @@ def agents_needing_a_drain(conn: Connection, *, limit: int) -> list[int]:
     """Agents with pending turns whose lease is free or expired (the sweeper enqueues them);
     a continuation waiting for an approval is nudged by the answer instead.
 
-    Driven from the active turns (an index probe per status), so its cost follows the work
-    waiting, not the size of the history.
+    Driven from the active turns (an index probe per status), then one primary-key probe per
+    agent found for a live lease, so its cost follows the work waiting, not the number of
+    agents or the size of the history (a join let PostgreSQL scan every agent row).
     """
     active = union(
         select(turns.c.agent_id).where(
@@ -155,14 +156,11 @@ def agents_needing_a_drain(conn: Connection, *, limit: int) -> list[int]:
         ),
         select(turns.c.agent_id).where(turns.c.status == Status.RUNNING),
     ).subquery()
+    leased = select(agents.c.id).where(
+        agents.c.id == active.c.agent_id, agents.c.lease_expires_at >= db_now()
+    )
     query = (
-        select(agents.c.id)
-        .where(
-            agents.c.id.in_(select(active.c.agent_id)),
-            or_(agents.c.lease_expires_at.is_(None), agents.c.lease_expires_at < db_now()),
-        )
-        .order_by(agents.c.id)
-        .limit(limit)
+        select(active.c.agent_id).where(~leased.exists()).order_by(active.c.agent_id).limit(limit)
     )
     return list(conn.execute(query).scalars())
 

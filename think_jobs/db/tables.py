@@ -85,7 +85,10 @@ class TurnRow(Base):
         UniqueConstraint("agent_id", "idempotency_key", name="uq_think_turns_idempotency"),
         Index("ix_think_turns_queue", "agent_id", "status", "seq"),
         Index("ix_think_turns_listing", "agent_id", "kind", "created_at", "request_id"),
-        Index("ix_think_turns_status_listing", "agent_id", "kind", "status", "created_at"),
+        Index(
+            "ix_think_turns_status_listing",
+            *("agent_id", "kind", "status", "created_at", "request_id"),
+        ),
         Index("ix_think_turns_completed", "agent_id", "kind", "completed_at"),
         Index("ix_think_turns_status", "status", "agent_id"),
         Index("ix_think_turns_finished", "completed_at"),
@@ -156,7 +159,7 @@ class ApprovalRow(Base):
     continuation_id: Mapped[str] = mapped_column(String(255))
     tool_name: Mapped[str] = mapped_column(String(255))
     tool_call_id: Mapped[str] = mapped_column(String(255))
-    input: Mapped[Any] = mapped_column(JSON)
+    input: Mapped[Any] = mapped_column(JSON, nullable=True)  # a tool call may have none
     status: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime]

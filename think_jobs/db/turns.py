@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from sqlalchemy import (
@@ -477,18 +478,51 @@ def list_submissions(
     limit: int,
     before: TurnRecord | None = None,
 ) -> list[TurnRecord]:
-    """Newest first (``created_at``, then ``request_id``); ``before`` is a keyset cursor."""
-    query = select(turns).where(turns.c.agent_id == agent_id, turns.c.kind == Kind.SUBMISSION)
-    if statuses is not None:
-        query = query.where(turns.c.status.in_(statuses))
+    """Newest first (``created_at``, then ``request_id``); ``before`` is a keyset cursor.
+
+    Each status asked for is read newest first from its own range of
+    ``ix_think_turns_status_listing`` (at most ``limit`` rows each) and the ranges are merged,
+    so the cost follows ``limit``, not the agent's history: one scan of the agent's
+    submissions filtered by status would read all of them to find a few pending ones.
+    """
+    wanted = list(dict.fromkeys(statuses)) if statuses is not None else []
+    values: dict[str, Any] = {"agent_id": agent_id, "limit": limit}
+    values.update({f"status_{index}": status for index, status in enumerate(wanted)})
     if before is not None:
+        values.update(before_created=before.created_at, before_request=before.request_id)
+    query = _listing(len(wanted), paged=before is not None)
+    return [_record(row) for row in conn.execute(query, values)]
+
+
+@cache
+def _listing(statuses: int, *, paged: bool) -> Select[Any]:
+    """The listing for ``statuses`` status values (0: any status), built once (SQLAlchemy
+    takes milliseconds to build a union of subqueries of this table)."""
+    ranges = [_newest(index if statuses else None, paged) for index in range(max(statuses, 1))]
+    if len(ranges) == 1:
+        return ranges[0]
+    merged = union_all(*(select(part.subquery()) for part in ranges)).subquery()
+    newest = merged.c.created_at.desc(), merged.c.request_id.desc()
+    return select(merged).order_by(*newest).limit(bindparam("limit"))
+
+
+def _newest(status: int | None, paged: bool) -> Select[Any]:
+    """The agent's submissions (of the status bound as ``status_<status>``, if given), newest
+    first, older than the cursor when ``paged``."""
+    query = select(turns).where(
+        turns.c.agent_id == bindparam("agent_id"), turns.c.kind == Kind.SUBMISSION
+    )
+    if status is not None:
+        query = query.where(turns.c.status == bindparam(f"status_{status}"))
+    if paged:
         created, request = turns.c.created_at, turns.c.request_id
         cursor = tuple_(
-            literal(before.created_at, created.type), literal(before.request_id, request.type)
+            bindparam("before_created", type_=created.type),
+            bindparam("before_request", type_=request.type),
         )
         query = query.where(tuple_(created, request) < cursor)
-    query = query.order_by(turns.c.created_at.desc(), turns.c.request_id.desc()).limit(limit)
-    return [_record(row) for row in conn.execute(query)]
+    newest = turns.c.created_at.desc(), turns.c.request_id.desc()
+    return query.order_by(*newest).limit(bindparam("limit"))
 
 
 def delete_terminal_submission(conn: Connection, agent_id: int, submission_id: str) -> int | None:

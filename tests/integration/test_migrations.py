@@ -1,0 +1,137 @@
+"""The migrations, on SQLite and PostgreSQL: an empty database brought to head has exactly the
+schema ``db.tables`` mirrors; 0006 (tool approvals) from revision 0005's database and 0007 (the
+status listing index) from 0006's, each with rows stored before that read back after."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import text
+
+from tests.conftest import _pg_admin, _sqlalchemy_pg
+from think_jobs.db import turns as turn_ops
+from think_jobs.db.engine import Database
+from think_jobs.db.migrate import current_revision, upgrade
+from think_jobs.db.tables import VERSION_TABLE, Base
+
+HEAD = "0007"
+
+
+@pytest.fixture
+def empty_url(backend: str, tmp_path: Path) -> Iterator[str]:
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    name = f"tj_mig_{uuid.uuid4().hex[:12]}"
+    with _pg_admin() as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield _sqlalchemy_pg(name)
+    with _pg_admin() as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _columns(url: str, table: str) -> set[str]:
+    engine = sqlalchemy.create_engine(url)
+    try:
+        return {column["name"] for column in sqlalchemy.inspect(engine).get_columns(table)}
+    finally:
+        engine.dispose()
+
+
+def _turn_sql(*, seq: int, request_id: str, status: str, minute: int) -> str:
+    return (
+        "INSERT INTO think_turns (agent_id, seq, request_id, kind, trigger, status, "
+        "continuation, attempt, recoveries, messages_applied, created_at) "
+        f"VALUES (1, {seq}, '{request_id}', 'submission', 'submit', '{status}', false, 0, 0, "
+        f"false, '2026-12-01 10:{minute:02d}:00')"
+    )
+
+
+def test_an_empty_database_brought_to_head_has_the_schema_the_code_queries(
+    empty_url: str,
+) -> None:
+    database = Database(empty_url, pool_size=1)
+    try:
+        upgrade(database)
+        assert current_revision(database) == HEAD
+        with database.read() as conn:
+            drift = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    finally:
+        database.close()
+    drift = [d for d in drift if not (d[0] == "remove_table" and d[1].name == VERSION_TABLE)]
+    assert drift == []
+
+
+def test_from_an_empty_database_to_0006(empty_url: str) -> None:
+    database = Database(empty_url, pool_size=1)
+    try:
+        upgrade(database, "0006")
+        assert current_revision(database) == "0006"
+    finally:
+        database.close()
+    assert {"approval_id", "continuation_id", "status", "decided_at"} <= _columns(
+        empty_url, "think_approvals"
+    )
+    assert {"awaiting_approval", "extends"} <= _columns(empty_url, "think_turns")
+
+
+def test_from_revision_0005_with_a_turn_stored(empty_url: str) -> None:
+    database = Database(empty_url, pool_size=1)
+    try:
+        upgrade(database, "0005")
+        with database.write() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO think_agents (agent_type, agent_name, admitted, created_at) "
+                    "VALUES ('T', 'a', 1, CURRENT_TIMESTAMP)"
+                )
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO think_turns (agent_id, seq, request_id, kind, trigger, status, "
+                    "continuation, attempt, recoveries, messages_applied, created_at) "
+                    "VALUES (1, 1, 'r1', 'submission', 'submit', 'pending', false, 0, 0, "
+                    "false, CURRENT_TIMESTAMP)"
+                )
+            )
+        upgrade(database, "0006")
+        assert current_revision(database) == "0006"
+        with database.read() as conn:
+            row = conn.execute(text("SELECT awaiting_approval FROM think_turns")).one()
+            count = conn.execute(text("SELECT count(*) FROM think_approvals")).scalar_one()
+        assert bool(row.awaiting_approval) is False and count == 0
+    finally:
+        database.close()
+
+
+def test_from_revision_0006_with_submissions_stored(empty_url: str) -> None:
+    database = Database(empty_url, pool_size=1)
+    stored = [("r1", "completed"), ("r2", "pending"), ("r3", "aborted"), ("r4", "pending")]
+    try:
+        upgrade(database, "0006")
+        with database.write() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO think_agents (agent_type, agent_name, admitted, created_at) "
+                    "VALUES ('T', 'a', 4, CURRENT_TIMESTAMP)"
+                )
+            )
+            for seq, (request_id, status) in enumerate(stored, start=1):
+                sql = _turn_sql(seq=seq, request_id=request_id, status=status, minute=seq)
+                conn.execute(text(sql))
+        upgrade(database)
+        assert current_revision(database) == HEAD
+        with database.read() as conn:
+            found = turn_ops.list_submissions(conn, 1, statuses=["pending", "aborted"], limit=10)
+        indexes = sqlalchemy.inspect(database.engine).get_indexes("think_turns")
+    finally:
+        database.close()
+    assert [turn.request_id for turn in found] == ["r4", "r3", "r2"]
+    listing = next(i for i in indexes if i["name"] == "ix_think_turns_status_listing")
+    assert listing["column_names"] == ["agent_id", "kind", "status", "created_at", "request_id"]
