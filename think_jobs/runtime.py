@@ -39,6 +39,7 @@ from think_jobs.results import WorkerRecord
 from think_jobs.scheduled_task import validate_scheduled_tasks
 from think_jobs.settings import Settings, load_settings
 from think_jobs.transport import presence, web_state
+from think_jobs.transport.celery_messages import is_plain_redis
 from think_jobs.transport.clients import Redis, RedisClients
 from think_jobs.transport.dispatch import Dispatcher
 from think_jobs.transport.flags import RevocationPoller
@@ -64,7 +65,11 @@ class ThinkJobs:
             stream_connections=self.settings.redis_stream_connections,
         )
         self.dispatch = Dispatcher(
-            lambda: self.celery, self.clients, self.keys, queue=self.settings.queue
+            lambda: self.celery,
+            self.clients,
+            self.keys,
+            queue=self.settings.queue,
+            direct=_broker_is_the_redis(self.settings),
         )
         self._classes: dict[str, type[Think]] = {}
         self._agent_ids: dict[tuple[str, str], int] = {}
@@ -295,3 +300,10 @@ class ThinkJobs:
         address when it was already delivered elsewhere."""
         client = self.clients.redis
         return web_state.claim_delivery(client, self.keys, delivery_id, agent, ttl_s=ttl_s)
+
+
+def _broker_is_the_redis(settings: Settings) -> bool:
+    """Whether Celery's broker is the plain ``redis://`` server and database the runtime's
+    Redis client talks to (then drains are LPUSHed directly, ``transport.dispatch``)."""
+    broker = settings.effective_broker_url
+    return broker == settings.redis_url and is_plain_redis(broker)

@@ -1,9 +1,12 @@
 """The broker transport (``transport.celery_redis``): kombu's Redis transport, publishing
-through one client per channel instead of building one for every message."""
+through one client per channel instead of building one for every message; and the drain
+messages think-jobs builds itself on such a broker (``transport.celery_messages``)."""
 
 from __future__ import annotations
 
+import base64
 import json
+from typing import Any
 
 import pytest
 
@@ -32,3 +35,29 @@ def test_drains_are_published_through_one_client_per_channel(jobs: ThinkJobs) ->
     sent = [json.loads(raw)["headers"] for raw in jobs.redis.lrange(queue, 0, -1)]
     assert sorted(h["argsrepr"] for h in sent) == ["[7]", "[8]"]
     assert {h["task"] for h in sent} == {DRAIN_TASK}
+
+
+def _without_ids(raw: bytes) -> dict[str, Any]:
+    """A queued message with what differs between two sends taken out (ids, reply address),
+    and its body decoded."""
+    message = json.loads(raw)
+    for key in ("id", "root_id"):
+        message["headers"].pop(key)
+    for key in ("correlation_id", "delivery_tag", "reply_to"):
+        message["properties"].pop(key)
+    message["body"] = json.loads(base64.b64decode(message["body"]))
+    return message
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_drain_sent_directly_is_the_message_celery_sends(jobs: ThinkJobs) -> None:
+    """On a plain Redis broker a drain is one LPUSH of a message think-jobs builds itself
+    (``transport.celery_messages``): it must be, id for id, what Celery's own send writes."""
+    queue = jobs.settings.queue
+    assert jobs.dispatch.enqueue_drain(7)
+    assert jobs._celery is None  # sent without building the Celery app
+    jobs.celery.send_task(DRAIN_TASK, args=[7], queue=queue, ignore_result=True)
+    by_celery, ours = jobs.redis.lrange(queue, 0, -1)  # LPUSH: the newest first
+    assert _without_ids(ours) == _without_ids(by_celery)
+    headers = json.loads(ours)["headers"]
+    assert headers["root_id"] == headers["id"] == json.loads(ours)["properties"]["correlation_id"]

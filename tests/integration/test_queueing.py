@@ -140,9 +140,9 @@ def test_the_sweeper_finds_agents_with_work_waiting_and_no_live_lease(jobs: Thin
     for name in ("free", "leased", "expired", "orphan", "asking", "done"):
         agent = jobs.get_agent(Quiet, name)
         agent.submit_messages([user("u", f"m-{name}")], submission_id=f"s-{name}")
-        found = jobs.agent_id_of(agent, create=True)
-        assert found is not None
-        ids[name] = found
+        agent_id = jobs.agent_id_of(agent, create=True)
+        assert agent_id is not None
+        ids[name] = agent_id
     with jobs.db.write() as conn:
         for name, ttl_s in (("leased", 60.0), ("expired", -1.0), ("orphan", -1.0)):
             assert agent_ops.try_acquire_lease(conn, ids[name], f"t-{name}", ttl_s=ttl_s)

@@ -14,9 +14,10 @@ brokers keep kombu's transport as their URL names it.
 from __future__ import annotations
 
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 from kombu.transport import redis as kombu_redis
+
+from think_jobs.transport.celery_messages import is_plain_redis
 
 TRANSPORT: Final = "think_jobs.transport.celery_redis:Transport"
 
@@ -40,4 +41,4 @@ class Transport(kombu_redis.Transport):
 def transport_for(broker_url: str) -> str | None:
     """The transport to name in Celery's ``broker_transport`` for ``broker_url`` (None: the
     one its scheme names)."""
-    return TRANSPORT if urlsplit(broker_url).scheme == "redis" else None
+    return TRANSPORT if is_plain_redis(broker_url) else None

@@ -3,17 +3,23 @@ waiting caller, and the follow-up messages of ended turns (a workflow step waiti
 
 Drains and wake-ups are hints. Losing one delays a turn until the sweeper (workers) or the
 caller's poll notices; sending one twice is harmless because the database decides who runs
-what. The Celery app is handed in lazily (the worker edge builds it).
+what. The Celery app is handed in lazily (the worker edge builds it). When the broker is the
+Redis of ``clients`` (``direct``), a drain is one LPUSH of a message built here
+(``celery_messages.task_message``); any other broker gets it through Celery's ``send_task``.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+import redis
+
 from think_jobs.keys import Keys
-from think_jobs.transport.clients import RedisClients
+from think_jobs.transport.celery_messages import task_message
+from think_jobs.transport.clients import RedisClients, broker_errors
 from think_jobs.transport.wakeups import wake_callers
 
 if TYPE_CHECKING:
@@ -28,17 +34,34 @@ _RETRY_POLICY: Final = {"max_retries": 1, "interval_start": 0.1, "interval_step"
 
 class Dispatcher:
     def __init__(
-        self, celery: Callable[[], Celery], clients: RedisClients, keys: Keys, *, queue: str
+        self,
+        celery: Callable[[], Celery],
+        clients: RedisClients,
+        keys: Keys,
+        *,
+        queue: str,
+        direct: bool = False,
     ) -> None:
         self._celery = celery
         self._clients = clients
         self._keys = keys
         self._queue = queue
+        self._direct = direct
+        self._reply_to = str(uuid.uuid4())  # Celery's reply address; drains ignore results
 
     def enqueue_drain(self, agent_id: int, address: str | None = None) -> bool:
         """Ask a worker to run the agent's next turn; False (logged, naming ``address`` when
         given: ``<type>:<name>``) if the broker is down."""
         try:
+            self._send_drain(agent_id)
+        except Exception as error:  # kombu raises several unrelated types when the broker is down
+            agent = address or f"agent row {agent_id}"
+            log.warning("could not enqueue work for %s (the sweeper will): %s", agent, error)
+            return False
+        return True
+
+    def _send_drain(self, agent_id: int) -> None:
+        if not self._direct:
             self._celery().send_task(
                 DRAIN_TASK,
                 args=[agent_id],
@@ -47,11 +70,13 @@ class Dispatcher:
                 retry=True,
                 retry_policy={**_RETRY_POLICY, "interval_max": 0.2},
             )
-        except Exception as error:  # kombu raises several unrelated types when the broker is down
-            agent = address or f"agent row {agent_id}"
-            log.warning("could not enqueue work for %s (the sweeper will): %s", agent, error)
-            return False
-        return True
+            return
+        message = task_message(DRAIN_TASK, [agent_id], queue=self._queue, reply_to=self._reply_to)
+        with broker_errors("sending a drain"):
+            try:
+                self._clients.redis.lpush(self._queue, message)
+            except redis.ConnectionError:  # a pooled connection Redis closed (a restart)
+                self._clients.redis.lpush(self._queue, message)  # once more, on a new one
 
     def send_message(self, message: dict[str, Any]) -> None:
         """Send a stored Celery task message (a signature as a dict); raises if it fails."""
