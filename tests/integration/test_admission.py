@@ -1,4 +1,5 @@
-"""Admission in one statement on PostgreSQL (``db.admission``), and its guard.
+"""Admission in one statement on PostgreSQL (``db.admission``), and its guard; the release in
+one statement, and why it needs none.
 
 One statement has one snapshot, taken before it waits for the agent row's lock. The guard
 makes it give way to the two-statement path whenever someone changed the agent row in
@@ -24,9 +25,13 @@ from tests.support.builders import user
 from think_jobs import ThinkJobs
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import turns as turn_ops
-from think_jobs.domain.records import Admission, AgentRef, NewTurn
+from think_jobs.domain import policy
+from think_jobs.domain.policy import Nudge
+from think_jobs.domain.records import Admission, AgentRef, HeadBrief, NewTurn
 from think_jobs.domain.status import Kind
 from think_jobs.engine import submissions
+from think_jobs.engine.execution import Claimed, claim
+from think_jobs.engine.lease import Lease
 from think_jobs.errors import SubmissionConflictError
 
 pytestmark = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
@@ -141,3 +146,63 @@ def test_an_admission_behind_a_release_sees_the_released_turn_finished(jobs: Thi
     assert admission.accepted and admission.turn.seq == 2
     assert admission.is_head  # nobody else will nudge: the release saw no turn behind
     assert admitted_count(jobs, agent) == 2
+
+
+# -- the release: one statement, its admission count read from the row it locked ----------
+
+
+def _lease_of(jobs: ThinkJobs, agent: AgentRef) -> Lease:
+    result = claim(jobs.services, agent)
+    assert isinstance(result, Claimed), result
+    with jobs.db.write() as conn:  # the turn's final write, as a worker makes it
+        turn_ops.finish_turn(conn, result.claim.turn, status="completed", error=None)
+    return result.lease
+
+
+def test_a_release_with_nothing_admitted_behind_is_one_autocommit_statement(
+    jobs: ThinkJobs,
+) -> None:
+    agent, _ = queued(jobs, 1)
+    lease = _lease_of(jobs, agent)
+    with statements(jobs) as sent:
+        head = lease.release(ended_seq=1)
+    assert head is None and lease.released
+    assert [(statement.split()[0], autocommit) for statement, autocommit in sent] == [
+        ("UPDATE", True)
+    ]
+
+
+def test_a_release_names_the_turn_admitted_while_it_waited_for_the_agent_row(
+    jobs: ThinkJobs,
+) -> None:
+    """The release's statement takes its snapshot before it waits for the row lock an
+    admission holds; the admission count it returns is the row's latest, so the turn that
+    admission commits is read as the head and nudged (it saw the lease held and nudged no one)."""
+    agent, _ = queued(jobs, 1)
+    lease = _lease_of(jobs, agent)
+    found: list[HeadBrief | None] = []
+    with jobs.db.write() as conn:  # an admission holding the agent row, not committed yet
+        admitted = agent_ops.next_admission(conn, agent.id)
+        assert admitted.lease_held  # so it nudges nobody
+        new = NewTurn(str(uuid.uuid4()), Kind.SUBMISSION, "submission", messages=[user("x")])
+        turn_ops.insert_turn(conn, agent_id=agent.id, seq=admitted.seq, new=new)
+        releasing = threading.Thread(target=lambda: found.append(lease.release(ended_seq=1)))
+        releasing.start()
+        _wait_for_lock_waiter(jobs)
+    releasing.join(10)
+    assert found, "the release did not finish"
+    head = found[0]
+    assert head is not None and (head.seq, head.status) == (2, "pending")
+    assert policy.next_nudge(head) is Nudge.DRAIN
+
+
+def test_a_release_whose_turn_may_still_be_active_reads_the_head(jobs: ThinkJobs) -> None:
+    """A stalled attempt hands its turn back to recovery before releasing: it is the head."""
+    agent, _ = queued(jobs, 1)
+    result = claim(jobs.services, agent)
+    assert isinstance(result, Claimed), result
+    with jobs.db.write() as conn:
+        turn_ops.requeue_turn(conn, result.claim.turn)
+    head = result.lease.release(ended_seq=None)
+    assert head is not None and head.seq == 1
+    assert policy.next_nudge(head) is Nudge.DRAIN

@@ -37,10 +37,10 @@ def test_drains_are_published_through_one_client_per_channel(jobs: ThinkJobs) ->
     assert {h["task"] for h in sent} == {DRAIN_TASK}
 
 
-def _without_ids(raw: bytes) -> dict[str, Any]:
+def _without_ids(raw: bytes | str) -> dict[str, Any]:
     """A queued message with what differs between two sends taken out (ids, reply address),
     and its body decoded."""
-    message = json.loads(raw)
+    message: dict[str, Any] = json.loads(raw)
     for key in ("id", "root_id"):
         message["headers"].pop(key)
     for key in ("correlation_id", "delivery_tag", "reply_to"):

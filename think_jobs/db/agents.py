@@ -120,12 +120,20 @@ _RELEASE = (
     update(agents)
     .where(agents.c.id == bindparam("agent_id"), agents.c.lease_token == bindparam("token"))
     .values(lease_token=None, lease_expires_at=None)
+    .returning(agents.c.admitted)
 )
 
 
-def release_lease(conn: Connection, agent_id: int, token: str) -> bool:
-    """Give a lease we hold back; False if it was not ours any more. Locks the agent row."""
-    return conn.execute(_RELEASE, {"agent_id": agent_id, "token": token}).rowcount == 1
+def release_lease(conn: Connection, agent_id: int, token: str) -> int | None:
+    """Give a lease we hold back and lock the agent row; None if it was not ours any more.
+
+    Returns the agent's admission count as the release wrote the row: the latest version,
+    read after the lock, so every admission that committed before the release is counted
+    (even in a statement whose snapshot is older)."""
+    admitted: int | None = conn.execute(
+        _RELEASE, {"agent_id": agent_id, "token": token}
+    ).scalar_one_or_none()
+    return admitted
 
 
 def lease_is_live(conn: Connection, agent_id: int) -> bool:

@@ -256,6 +256,7 @@ class _Run:
         self.released: Released | None = None
         self.following: Claimed | NotClaimed | None = None
         self.continuation: TurnRecord | None = None  # admitted when the turn asked approvals
+        self.ended = False  # the final write is stored: the turn is over
         self.lost = False
 
     def perform(self) -> TurnResult:
@@ -283,10 +284,12 @@ class _Run:
             if outcome.asked and ended is not None:
                 asked, reply = outcome.asked, outcome.message
                 self.continuation = approvals.hold_place(conn, turn, asked, reply)
-            if self.release_with_final:
-                self.released = Released(turn_ops.head_brief(conn, turn.agent_id))
+            if self.release_with_final:  # a continuation admitted here holds the head
+                ended_seq = turn.seq if self.continuation is None else None
+                self.released = Released(self.tools.lease.head_after(conn, ended_seq))
             if self.claim_with_final:
                 self.following = self._claim_following(conn)
+        self.ended = True
         followups.send_after_end(self.services, turn.id, ended)
         if self.continuation is not None:
             approvals.announce_continuation(self.attempt.agent, self.continuation)
@@ -328,12 +331,13 @@ class _Run:
             return self.released
         if self.lost or self.keep_lease:
             return None
-        return _release(self.tools.lease, self.claim)
+        ended_seq = self.claim.turn.seq if self.ended and self.continuation is None else None
+        return _release(self.tools.lease, self.claim, ended_seq)
 
 
-def _release(lease: Lease, claim: Claim) -> Released | None:
+def _release(lease: Lease, claim: Claim, ended_seq: int | None) -> Released | None:
     try:
-        return Released(lease.release())
+        return Released(lease.release(ended_seq=ended_seq))
     except LeaseLost:
         return None
     except ThinkJobsError:

@@ -52,6 +52,7 @@ class Lease:
     released: bool = field(default=False)
     held: agent_ops.Held | None = None  # the last renewal (in the current write, if any)
     renewed_at: float = 0.0  # monotonic time that renewal was sent
+    admitted_at_release: int = 0  # the agent's admission count as the release wrote it
 
     def locally_valid(self) -> bool:
         """False once this process cannot be sure it will still hold the lease a little while
@@ -81,8 +82,7 @@ class Lease:
         """A write transaction that gives the lease back first (the attempt's last write);
         raises ``LeaseLost`` (nothing written) when the lease is not ours any more."""
         with self.db.write() as conn:
-            if not agent_ops.release_lease(conn, self.agent_id, self.token):
-                raise self._lost(kind)
+            self._give_back(conn, kind)
             yield conn
         self.released = True
 
@@ -92,11 +92,33 @@ class Lease:
         with self.write("heartbeat") as conn:
             return turn_ops.get_turn_by_id(conn, turn_id)
 
-    def release(self) -> HeadBrief | None:
-        """Give the lease back and return the agent's new head (same transaction); raises
-        ``LeaseLost`` when it was not ours any more."""
-        with self.releasing("release") as conn:
-            return turn_ops.head_brief(conn, self.agent_id)
+    def release(self, *, ended_seq: int | None) -> HeadBrief | None:
+        """Give the lease back and return the agent's new head (``head_after``); raises
+        ``LeaseLost`` when it was not ours any more. On PostgreSQL the release is one statement
+        in autocommit (its count of admissions comes from the row it locked, not from a
+        snapshot), followed by the head's read only when a turn may wait."""
+        if self.db.dialect != "postgresql":
+            with self.releasing("release") as conn:
+                return self.head_after(conn, ended_seq)
+        with self.db.statement() as conn:
+            self._give_back(conn, "release")
+            self.released = True
+            return self.head_after(conn, ended_seq)
+
+    def head_after(self, conn: Connection, ended_seq: int | None) -> HeadBrief | None:
+        """The agent's head once the lease is given back in ``conn``: none when no turn was
+        admitted after ``ended_seq``, the turn this lease just ended (every turn before it
+        had ended), else read. ``ended_seq`` None: the lease's turn may still be active (handed
+        back to recovery), so the head is always read."""
+        if ended_seq is not None and self.admitted_at_release <= ended_seq:
+            return None
+        return turn_ops.head_brief(conn, self.agent_id)
+
+    def _give_back(self, conn: Connection, kind: str) -> None:
+        admitted = agent_ops.release_lease(conn, self.agent_id, self.token)
+        if admitted is None:
+            raise self._lost(kind)
+        self.admitted_at_release = admitted
 
     def _lost(self, kind: str) -> LeaseLost:
         metrics.FENCED_WRITES.labels(kind).inc()

@@ -15,9 +15,10 @@ Ordering lives in the database, not in Redis or Celery:
   UPDATE that finds the head and marks it running (``turns.start_fresh_head``). A head that
   waits for a tool call's approval (``awaiting_approval``, see ``engine.approvals``) is not
   claimed: the lease is given back and the turns behind it wait.
-- **Release** frees the lease and, in the same transaction, looks at the new head, so a turn
-  admitted at that instant is never stranded: the releaser enqueues a drain for it (worker
-  turns) or wakes the waiting caller (blocking turns).
+- **Release** frees the lease and reads the admission count from the row it locked, so a turn
+  admitted at that instant is never stranded: when one was admitted after the turn just ended,
+  the releaser reads the new head and enqueues a drain for it (worker turns) or wakes the
+  waiting caller (blocking turns); ``engine.lease`` does it.
 
 Whether a lease is live is decided by the database server's clock, inside the statements
 (``db_now``), never by the clock of the process asking. What an attempt writes while it holds
@@ -46,7 +47,6 @@ from think_jobs.domain.records import (
     Idle,
     NewTurn,
     NotClaimed,
-    Released,
     TurnRecord,
 )
 from think_jobs.domain.status import Kind, Status
@@ -61,13 +61,11 @@ __all__ = [
     "AgentRef",
     "Claim",
     "NotClaimed",
-    "Released",
     "admit",
     "admit_at_tail",
     "admit_submission",
     "claim_next",
     "existing_submission",
-    "release",
 ]
 
 
@@ -261,9 +259,3 @@ def _started(
     if turn.body is not None:
         agent_ops.set_last_body(conn, turn.agent_id, turn.body)
     return holder.claim(turn, recovering=recovering)
-
-
-def release(conn: Connection, claim: Claim) -> Released:
-    """Give the lease back and report the new head (in the same transaction)."""
-    agent_ops.release_lease(conn, claim.agent_id, claim.token)
-    return Released(turn_ops.head_brief(conn, claim.agent_id))
