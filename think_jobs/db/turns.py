@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cache
@@ -41,7 +41,11 @@ TERMINAL = tuple(sorted(status.value for status in domain_status.TERMINAL))
 
 
 def _record(row: Row[Any]) -> TurnRecord:
-    values = row._mapping
+    return record_of_row(row._mapping)
+
+
+def record_of_row(values: Mapping[Any, Any]) -> TurnRecord:
+    """The record of a turn row read back (every column of ``think_turns``, by name)."""
     status, kind = Status(values["status"]), Kind(values["kind"])
     metadata = _readable_metadata(values["metadata"])
     return TurnRecord(**{**values, "status": status, "kind": kind, "metadata": metadata})

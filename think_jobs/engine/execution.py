@@ -100,8 +100,16 @@ def claim(
     ``queueing.claim_next``); a turn whose messages are already applied gets its conversation
     read in the same transaction."""
     sent = time.monotonic()
+    token = held.token if held is not None else None
+    if services.db.dialect == "postgresql":  # the common case in one statement
+        with services.db.statement() as conn:
+            fresh = queueing.claim_fresh(
+                conn, agent, held_token=token, lease_ttl_s=services.settings.lease_ttl_s
+            )
+        if isinstance(fresh, Claim):
+            return Claimed(fresh, _lease(services, fresh, sent))
+        token = fresh or token  # a lease it took without a turn is ours to go on with
     with services.db.write() as conn:
-        token = held.token if held is not None else None
         return _claim_in(services, conn, agent, sent, caller_turn_id=caller_turn_id, token=token)
 
 

@@ -12,7 +12,9 @@ Ordering lives in the database, not in Redis or Celery:
   is always the agent's head: the lowest ``seq`` that is pending or running. A running head
   found by a new lease holder was orphaned by a dead executor and goes to recovery first.
   The common case, a submission at the head not yet begun, is started by one conditional
-  UPDATE that finds the head and marks it running (``turns.start_fresh_head``). A head that
+  UPDATE that finds the head and marks it running (``turns.start_fresh_head``); on
+  PostgreSQL the whole claim of it (lease, start, messages, conversation) is one statement
+  when nobody changed the agent row meanwhile (``claim_fresh``, ``db.claim``). A head that
   waits for a tool call's approval (``awaiting_approval``, see ``engine.approvals``) is not
   claimed: the lease is given back and the turns behind it wait.
 - **Release** frees the lease and reads the admission count from the row it locked, so a turn
@@ -31,11 +33,12 @@ message can delay a turn but never reorder or double-run one.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from think_jobs.db import admission as admission_ops
 from think_jobs.db import agents as agent_ops
+from think_jobs.db import claim as claim_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.engine import Connection
@@ -64,6 +67,7 @@ __all__ = [
     "admit",
     "admit_at_tail",
     "admit_submission",
+    "claim_fresh",
     "claim_next",
     "existing_submission",
 ]
@@ -159,6 +163,30 @@ def claim_next(
             return outcome
     agent_ops.release_lease(conn, agent.id, token)
     return NotClaimed(Idle.BUSY)
+
+
+def claim_fresh(
+    conn: Connection, agent: AgentRef, *, held_token: str | None, lease_ttl_s: float
+) -> Claim | str | None:
+    """``claim_next``'s common case in one statement (PostgreSQL, ``db.claim``): the agent's
+    head is a submission not begun. A ``Claim`` (with the conversation read), or the token of
+    the lease it took without starting a turn (``claim_next`` goes on with it), or None when
+    it wrote nothing (``claim_next`` must run)."""
+    token = held_token or uuid.uuid4().hex
+    found = claim_ops.claim_fresh_head(
+        conn,
+        agent.id,
+        token=token,
+        renewing=held_token is not None,
+        ttl_s=lease_ttl_s,
+        assistant_message_id=new_message_id(),
+    )
+    if found is None:
+        return None
+    if found.turn is None:
+        return token
+    holder = _Holder(agent, token, found.admitted, found.now)
+    return replace(holder.claim(found.turn, recovering=False), history=found.history)
 
 
 def _take_lease(

@@ -1,0 +1,149 @@
+"""The common claim in one statement (PostgreSQL): lease, start the head, apply, read.
+
+The general path (``queueing.claim_next``) is a transaction of four statements: it takes the
+lease first, locking the agent row, so that the statements after it see every transaction
+that held the row before (a turn finished and released just before, the reply it stored).
+One statement has one snapshot, taken *before* it waits for the row lock, so this one goes
+ahead only when nobody changed the agent row between its snapshot and its lock (the ``xmin``
+guard of ``db.admission``: a release, an admission or a claim changes it), and only for the
+common case: the head is a pending submission whose messages are not applied yet, waiting
+for no approval, bringing no body to remember, and not a ``regenerate``. Then, in one round
+trip:
+
+- ``fresh``: the agent's head in the snapshot, if it is such a submission;
+- ``leased``: the lease taken (free or expired; ``renewing``: still ours), only under the
+  guard and with a fresh head;
+- ``started``: the head marked running for its first attempt, only if leased and still
+  pending (a cancellation that committed meanwhile wins);
+- ``applied``: the head's messages appended to the conversation in their order (a message
+  whose id is stored already is skipped, as ``conversation.append_messages`` does);
+- the conversation the model will see: the snapshot's rows, then those just applied.
+
+Run in autocommit: the statement is its own transaction. When it found nothing to do, nothing
+is written and the caller takes the general path; when it took the lease but could not start
+the head, the caller goes on with the lease it now holds (the general path, renewing it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, Connection, Text, text
+from sqlalchemy.types import TypeEngine
+
+from think_jobs.db.tables import UTCDateTime, turns
+from think_jobs.db.turns import record_of_row
+from think_jobs.domain.records import TurnRecord
+
+_TURN_COLUMNS = ", ".join(f's."{column.name}"' for column in turns.c)
+_HEAD = """
+    SELECT h.id FROM (
+        (SELECT id, seq FROM think_turns
+         WHERE agent_id = :agent_id AND status = 'pending' ORDER BY seq LIMIT 1)
+        UNION ALL
+        (SELECT id, seq FROM think_turns
+         WHERE agent_id = :agent_id AND status = 'running' ORDER BY seq LIMIT 1)
+    ) AS h ORDER BY h.seq LIMIT 1"""
+_SQL = f"""
+WITH fresh AS (
+    SELECT t.id FROM think_turns AS t
+    WHERE t.id = ({_HEAD})
+      AND t.status = 'pending' AND t.kind = 'submission' AND NOT t.messages_applied
+      AND NOT t.awaiting_approval AND t."trigger" <> 'regenerate'
+      AND (t.body IS NULL OR json_typeof(t.body) = 'null')
+), leased AS (
+    UPDATE think_agents AS a
+    SET lease_token = :token,
+        lease_expires_at =
+            clock_timestamp() + make_interval(secs => CAST(:ttl_s AS DOUBLE PRECISION))
+    WHERE a.id = :agent_id
+      AND a.xmin = (SELECT xmin FROM think_agents WHERE id = :agent_id)
+      AND {{lease}}
+      AND EXISTS (SELECT 1 FROM fresh)
+    RETURNING a.admitted, clock_timestamp() AS now
+), started AS (
+    UPDATE think_turns AS t
+    SET status = 'running',
+        attempt = t.attempt + 1,
+        started_at = COALESCE(t.started_at, clock_timestamp()),
+        assistant_message_id = COALESCE(t.assistant_message_id, :new_message_id),
+        messages_applied = true
+    FROM leased
+    WHERE t.id = (SELECT id FROM fresh) AND t.status = 'pending' AND NOT t.messages_applied
+    RETURNING t.*
+), applied AS (
+    INSERT INTO think_messages (agent_id, message_id, role, data, turn_id, created_at)
+    SELECT s.agent_id, m.value ->> 'id', m.value ->> 'role', m.value, s.id, l.now
+    FROM started AS s
+    CROSS JOIN leased AS l
+    CROSS JOIN LATERAL json_array_elements(
+        CASE json_typeof(s.messages) WHEN 'array' THEN s.messages ELSE '[]' END
+    ) WITH ORDINALITY AS m(value, n)  -- a continuation brings no messages (JSON null)
+    ORDER BY m.n
+    ON CONFLICT DO NOTHING
+    RETURNING id, data
+)
+SELECT {_TURN_COLUMNS}, l.admitted AS claim_admitted, l.now AS claim_now,
+    (SELECT COALESCE('[' || string_agg(c.data::text, ',' ORDER BY c.id) || ']', '[]')
+     FROM (SELECT id, data FROM think_messages WHERE agent_id = :agent_id
+           UNION ALL SELECT id, data FROM applied) AS c) AS claim_history
+FROM leased AS l LEFT JOIN started AS s ON true
+"""
+_FREE = "(a.lease_token IS NULL OR a.lease_expires_at < clock_timestamp())"
+_OURS = "a.lease_token = :token"
+_TYPES: dict[str, TypeEngine[Any]] = {
+    "claim_admitted": BigInteger(),
+    "claim_now": UTCDateTime(),
+    "claim_history": Text(),
+}
+
+
+def _statement(lease: str) -> Any:
+    """The statement for one lease condition; its first columns are the turn's, in order."""
+    return text(_SQL.format(lease=lease)).columns(*turns.c, **_TYPES)
+
+
+_TAKE, _RENEW = _statement(_FREE), _statement(_OURS)
+
+
+@dataclass(frozen=True)
+class FreshClaim:
+    """What the statement did: the lease is held (its admission count and the database's time
+    as it was written); ``turn`` is the head it started, with ``history`` the conversation
+    (None: the head could not be started, the caller holds the lease without a turn)."""
+
+    admitted: int
+    now: datetime
+    turn: TurnRecord | None
+    history: str | None
+
+
+def claim_fresh_head(
+    conn: Connection,
+    agent_id: int,
+    *,
+    token: str,
+    renewing: bool,
+    ttl_s: float,
+    assistant_message_id: str,
+) -> FreshClaim | None:
+    """Claim the agent's fresh head in one statement (``conn`` in autocommit, PostgreSQL);
+    None when nothing was written (the general path must run)."""
+    values = {
+        "agent_id": agent_id,
+        "token": token,
+        "ttl_s": ttl_s,
+        "new_message_id": assistant_message_id,
+    }
+    row = conn.execute(_RENEW if renewing else _TAKE, values).one_or_none()
+    if row is None:
+        return None
+    fields = row._mapping
+    if fields["id"] is None:
+        return FreshClaim(int(fields["claim_admitted"]), fields["claim_now"], None, None)
+    turn = record_of_row({column.name: fields[column.name] for column in turns.c})
+    return FreshClaim(
+        int(fields["claim_admitted"]), fields["claim_now"], turn, fields["claim_history"]
+    )
