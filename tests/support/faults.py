@@ -36,6 +36,7 @@ class Report:
     stream_mismatches: int = 0
     recovered: int = 0  # submissions that needed more than one attempt (the fault hit them)
     problems: list[str] = field(default_factory=list)
+    retried: list[str] = field(default_factory=list)  # those submissions, with their timelines
 
     def row(self) -> str:
         return (
@@ -127,7 +128,10 @@ def check(jobs: ThinkJobs, admitted: dict[str, list[tuple[str, str]]], report: R
     runs = _runs(events)
     for name, entries in admitted.items():
         agent = jobs.get_agent(Recorder, name)
+        recovered = report.recovered
         _check_statuses(agent, entries, report)
+        if report.recovered > recovered:
+            report.retried.append(timeline(events, name))
         _check_messages(agent, entries, report)
         overlaps = report.overlaps
         _check_order(name, runs.get(name, []), [label for label, _ in entries], report)
