@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, case, func, literal, or_, select, union, update
+from sqlalchemy import Connection, bindparam, case, func, literal, null, or_, select, union, update
 
 from think_jobs.db.dialect import db_now, db_now_plus, insert_ignoring_conflicts, seconds_param
 from think_jobs.db.tables import agents, turns
@@ -100,26 +100,29 @@ def try_acquire_lease(conn: Connection, agent_id: int, token: str, *, ttl_s: flo
     return None if row is None else Held(int(row[0]), row[1])
 
 
-_RENEW = (
+# The fences also make part of db.final_write's one statement: their agent is ``agent_row``, a
+# name no table has as a column (SQLAlchemy turns an execution parameter named like a column
+# of an UPDATE into a SET of that column, in every part of a statement).
+RENEW = (
     update(agents)
-    .where(agents.c.id == bindparam("agent_id"), agents.c.lease_token == bindparam("token"))
+    .where(agents.c.id == bindparam("agent_row"), agents.c.lease_token == bindparam("token"))
     .values(lease_expires_at=_EXPIRES)
-    .returning(agents.c.admitted, db_now())
+    .returning(agents.c.admitted, db_now().label("now"))
 )
 
 
 def renew_lease(conn: Connection, agent_id: int, token: str, *, ttl_s: float) -> Held | None:
     """Extend a lease we hold, and lock the agent row until commit (so nobody can take the
     lease before this transaction ends); None if the lease was lost (taken, or released)."""
-    values = {"agent_id": agent_id, "token": token, "ttl_s": ttl_s}
-    row = conn.execute(_RENEW, values).one_or_none()
+    values = {"agent_row": agent_id, "token": token, "ttl_s": ttl_s}
+    row = conn.execute(RENEW, values).one_or_none()
     return None if row is None else Held(int(row[0]), row[1])
 
 
-_RELEASE = (
+RELEASE = (
     update(agents)
-    .where(agents.c.id == bindparam("agent_id"), agents.c.lease_token == bindparam("token"))
-    .values(lease_token=None, lease_expires_at=None)
+    .where(agents.c.id == bindparam("agent_row"), agents.c.lease_token == bindparam("token"))
+    .values(lease_token=null(), lease_expires_at=null())
     .returning(agents.c.admitted)
 )
 
@@ -131,7 +134,7 @@ def release_lease(conn: Connection, agent_id: int, token: str) -> int | None:
     read after the lock, so every admission that committed before the release is counted
     (even in a statement whose snapshot is older)."""
     admitted: int | None = conn.execute(
-        _RELEASE, {"agent_id": agent_id, "token": token}
+        RELEASE, {"agent_row": agent_id, "token": token}
     ).scalar_one_or_none()
     return admitted
 

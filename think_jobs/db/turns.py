@@ -353,7 +353,7 @@ _ENDED = {
 }
 _ENDED_RETURNING = (turns.c.completed_at, turns.c.followup)
 
-_FINISH = (
+FINISH = (  # also part of db.final_write
     update(turns)
     .where(
         turns.c.id == bindparam("turn_id"),
@@ -375,7 +375,7 @@ def finish_turn(
     """Write the final status iff the turn is still running this attempt (never overwrites);
     None when it was not written."""
     values = {"turn_id": turn.id, "current_attempt": turn.attempt, "status": status}
-    return _ended(conn.execute(_FINISH, {**values, "error": error}).one_or_none())
+    return _ended(conn.execute(FINISH, {**values, "error": error}).one_or_none())
 
 
 def end_turn(

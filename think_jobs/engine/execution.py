@@ -34,7 +34,7 @@ from think_jobs.db import agents as agent_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.engine import Connection
-from think_jobs.domain.records import AgentRef, Claim, NotClaimed, Released, TurnRecord
+from think_jobs.domain.records import AgentRef, Claim, Ended, NotClaimed, Released, TurnRecord
 from think_jobs.domain.status import INTERRUPTED, Status, StopKind
 from think_jobs.engine import approvals, followups, handoff, queueing
 from think_jobs.engine.attempt import (
@@ -278,15 +278,47 @@ class _Run:
         return self.attempt.deliver(ending.outcome, written)
 
     def _write_final(self, outcome: RunOutcome) -> Written:
-        """The reply and the final status, fenced (never over a status set meanwhile)."""
+        """The reply and the final status, fenced (never over a status set meanwhile): in one
+        statement when nothing else goes with them (PostgreSQL, ``Lease.write_final``), else
+        in the fenced transaction."""
         status, error = self.attempt.final_status(outcome)
+        alone = not (outcome.asked or self.claim_with_final)  # nothing else to write with it
+        if alone and self.services.db.dialect == "postgresql":
+            ended, status, error = self._final_statement(outcome, status, error)
+        else:
+            ended, status, error = self._final_transaction(outcome, status, error)
+        self.ended = True
+        followups.send_after_end(self.services, self.claim.turn.id, ended)
+        if self.continuation is not None:
+            approvals.announce_continuation(self.attempt.agent, self.continuation)
+        return Written(status, error, by_us=ended is not None)
+
+    def _final_statement(
+        self, outcome: RunOutcome, status: str, error: str | None
+    ) -> tuple[Ended | None, str, str | None]:
+        turn, lease = self.claim.turn, self.tools.lease
+        reply = outcome.message.to_wire() if outcome.has_content else None
+        releasing = self.release_with_final
+        ended = lease.write_final(
+            turn, status=status, error=error, reply=reply, releasing=releasing
+        )
+        if ended is not None and not releasing:
+            return ended, status, error
+        with self.services.db.statement() as conn:
+            if ended is None:
+                status, error = _stored_ending(conn, turn, status, error)
+            if releasing:
+                self.released = Released(lease.head_after(conn, turn.seq))
+        return ended, status, error
+
+    def _final_transaction(
+        self, outcome: RunOutcome, status: str, error: str | None
+    ) -> tuple[Ended | None, str, str | None]:
         turn = self.claim.turn
         with self._fenced("final") as conn:
             ended = turn_ops.finish_turn(conn, turn, status=status, error=error)
             if ended is None:
-                stored = turn_ops.get_turn_by_id(conn, turn.id)
-                if stored is not None and stored.status is not Status.RUNNING:
-                    status, error = stored.status, stored.error
+                status, error = _stored_ending(conn, turn, status, error)
             if outcome.has_content:
                 store_reply(conn, turn, outcome.message, self.tools.lease)
             if outcome.asked and ended is not None:
@@ -297,11 +329,7 @@ class _Run:
                 self.released = Released(self.tools.lease.head_after(conn, ended_seq))
             if self.claim_with_final:
                 self.following = self._claim_following(conn)
-        self.ended = True
-        followups.send_after_end(self.services, turn.id, ended)
-        if self.continuation is not None:
-            approvals.announce_continuation(self.attempt.agent, self.continuation)
-        return Written(status, error, by_us=ended is not None)
+        return ended, status, error
 
     def _claim_following(self, conn: Connection) -> Claimed | NotClaimed:
         """The next turn, claimed in the final write's transaction under the lease it just
@@ -341,6 +369,16 @@ class _Run:
             return None
         ended_seq = self.claim.turn.seq if self.ended and self.continuation is None else None
         return _release(self.tools.lease, self.claim, ended_seq)
+
+
+def _stored_ending(
+    conn: Connection, turn: TurnRecord, status: str, error: str | None
+) -> tuple[str, str | None]:
+    """The status and error a turn was given meanwhile (a cancellation), instead of ours."""
+    stored = turn_ops.get_turn_by_id(conn, turn.id)
+    if stored is not None and stored.status is not Status.RUNNING:
+        return stored.status, stored.error
+    return status, error
 
 
 def _release(lease: Lease, claim: Claim, ended_seq: int | None) -> Released | None:

@@ -24,11 +24,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from think_jobs.db import agents as agent_ops
+from think_jobs.db import final_write
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.engine import Connection, Database
-from think_jobs.domain.records import HeadBrief, TurnRecord
+from think_jobs.domain.records import Ended, HeadBrief, TurnRecord
 from think_jobs.errors import ThinkJobsError
 from think_jobs.observe import metrics
 
@@ -85,6 +87,40 @@ class Lease:
             self._give_back(conn, kind)
             yield conn
         self.released = True
+
+    def write_final(
+        self,
+        turn: TurnRecord,
+        *,
+        status: str,
+        error: str | None,
+        reply: dict[str, Any] | None,
+        releasing: bool,
+    ) -> Ended | None:
+        """The attempt's final write in one statement through the fence (PostgreSQL,
+        ``db.final_write``), renewing the lease or, ``releasing``, giving it back; the turn's
+        ending (None: a status was set meanwhile). Raises ``LeaseLost`` (nothing written)."""
+        sent = time.monotonic()
+        with self.db.statement() as conn:
+            found = final_write.write_final(
+                conn,
+                turn,
+                token=self.token,
+                ttl_s=self.ttl_s,
+                status=status,
+                error=error,
+                reply=reply,
+                releasing=releasing,
+            )
+        if found is None:
+            raise self._lost("final")
+        if releasing:
+            self.released, self.admitted_at_release = True, found.admitted
+        else:
+            assert found.now is not None
+            self.held = agent_ops.Held(found.admitted, found.now)
+            self.db_now, self.renewed_at, self.valid_until = found.now, sent, sent + self.ttl_s
+        return found.ended
 
     def heartbeat(self, turn_id: int) -> TurnRecord | None:
         """Renew the lease and read the turn (a cancel that found Redis down shows here).
