@@ -44,6 +44,12 @@ def _columns(url: str, table: str) -> set[str]:
         engine.dispose()
 
 
+_AGENT_SQL = (
+    "INSERT INTO think_agents (agent_type, agent_name, admitted, created_at) "
+    "VALUES ('T', 'a', :admitted, CURRENT_TIMESTAMP)"
+)
+
+
 def _turn_sql(*, seq: int, request_id: str, status: str, minute: int) -> str:
     return (
         "INSERT INTO think_turns (agent_id, seq, request_id, kind, trigger, status, "
@@ -86,20 +92,8 @@ def test_from_revision_0005_with_a_turn_stored(empty_url: str) -> None:
     try:
         upgrade(database, "0005")
         with database.write() as conn:
-            conn.execute(
-                text(
-                    "INSERT INTO think_agents (agent_type, agent_name, admitted, created_at) "
-                    "VALUES ('T', 'a', 1, CURRENT_TIMESTAMP)"
-                )
-            )
-            conn.execute(
-                text(
-                    "INSERT INTO think_turns (agent_id, seq, request_id, kind, trigger, status, "
-                    "continuation, attempt, recoveries, messages_applied, created_at) "
-                    "VALUES (1, 1, 'r1', 'submission', 'submit', 'pending', false, 0, 0, "
-                    "false, CURRENT_TIMESTAMP)"
-                )
-            )
+            conn.execute(text(_AGENT_SQL), {"admitted": 1})
+            conn.execute(text(_turn_sql(seq=1, request_id="r1", status="pending", minute=1)))
         upgrade(database, "0006")
         assert current_revision(database) == "0006"
         with database.read() as conn:
@@ -116,12 +110,7 @@ def test_from_revision_0006_with_submissions_stored(empty_url: str) -> None:
     try:
         upgrade(database, "0006")
         with database.write() as conn:
-            conn.execute(
-                text(
-                    "INSERT INTO think_agents (agent_type, agent_name, admitted, created_at) "
-                    "VALUES ('T', 'a', 4, CURRENT_TIMESTAMP)"
-                )
-            )
+            conn.execute(text(_AGENT_SQL), {"admitted": len(stored)})
             for seq, (request_id, status) in enumerate(stored, start=1):
                 sql = _turn_sql(seq=seq, request_id=request_id, status=status, minute=seq)
                 conn.execute(text(sql))
