@@ -185,6 +185,12 @@ class Database:
             self._dialect = make_url(self.url).get_backend_name()
         return self._dialect
 
+    @property
+    def one_statement_writes(self) -> bool:
+        """Whether a write of several parts can be one statement that commits by itself
+        (``statement()``; data-modifying CTEs): PostgreSQL yes, SQLite no."""
+        return self.dialect == "postgresql"
+
     @contextmanager
     def write(self) -> Iterator[Connection]:
         """A transaction that will write; committed on success, rolled back on error."""
@@ -201,7 +207,7 @@ class Database:
     def statement(self) -> Iterator[Connection]:
         """PostgreSQL: a connection whose every statement commits by itself (autocommit), for
         a write that is one statement and so needs no transaction round trips of its own."""
-        if self.dialect != "postgresql":
+        if not self.one_statement_writes:
             raise ValueError("Database.statement() is for PostgreSQL")
         with _errors_mapped(), self._connection() as conn:
             yield conn.execution_options(isolation_level="AUTOCOMMIT")

@@ -101,7 +101,7 @@ def claim(
     read in the same transaction."""
     sent = time.monotonic()
     token = held.token if held is not None else None
-    if services.db.dialect == "postgresql":  # the common case in one statement
+    if services.db.one_statement_writes:  # the common case
         with services.db.statement() as conn:
             fresh = queueing.claim_fresh(
                 conn, agent, held_token=token, lease_ttl_s=services.settings.lease_ttl_s
@@ -283,7 +283,7 @@ class _Run:
         in the fenced transaction."""
         status, error = self.attempt.final_status(outcome)
         alone = not (outcome.asked or self.claim_with_final)  # nothing else to write with it
-        if alone and self.services.db.dialect == "postgresql":
+        if alone and self.services.db.one_statement_writes:
             ended, status, error = self._final_statement(outcome, status, error)
         else:
             ended, status, error = self._final_transaction(outcome, status, error)
@@ -302,13 +302,11 @@ class _Run:
         ended = lease.write_final(
             turn, status=status, error=error, reply=reply, releasing=releasing
         )
-        if ended is not None and not releasing:
-            return ended, status, error
-        with self.services.db.statement() as conn:
-            if ended is None:
+        if ended is None:
+            with self.services.db.statement() as conn:
                 status, error = _stored_ending(conn, turn, status, error)
-            if releasing:
-                self.released = Released(lease.head_after(conn, turn.seq))
+        if releasing:
+            self.released = Released(lease.next_head(turn.seq))
         return ended, status, error
 
     def _final_transaction(

@@ -132,23 +132,34 @@ class Lease:
         """Give the lease back and return the agent's new head (``head_after``); raises
         ``LeaseLost`` when it was not ours any more. On PostgreSQL the release is one statement
         in autocommit (its count of admissions comes from the row it locked, not from a
-        snapshot), followed by the head's read only when a turn may wait."""
-        if self.db.dialect != "postgresql":
+        snapshot), followed by the head's read only when a turn may wait (``next_head``)."""
+        if not self.db.one_statement_writes:
             with self.releasing("release") as conn:
                 return self.head_after(conn, ended_seq)
         with self.db.statement() as conn:
             self._give_back(conn, "release")
-            self.released = True
-            return self.head_after(conn, ended_seq)
+        self.released = True
+        return self.next_head(ended_seq)
 
     def head_after(self, conn: Connection, ended_seq: int | None) -> HeadBrief | None:
-        """The agent's head once the lease is given back in ``conn``: none when no turn was
-        admitted after ``ended_seq``, the turn this lease just ended (every turn before it
-        had ended), else read. ``ended_seq`` None: the lease's turn may still be active (handed
-        back to recovery), so the head is always read."""
-        if ended_seq is not None and self.admitted_at_release <= ended_seq:
+        """The agent's head once the lease was given back in ``conn``'s transaction: none when
+        no turn was admitted after ``ended_seq``, the turn this lease just ended (every turn
+        before it had ended), else read. ``ended_seq`` None: the lease's turn may still be
+        active (handed back to recovery), so the head is always read."""
+        if self._nothing_waits(ended_seq):
             return None
         return turn_ops.head_brief(conn, self.agent_id)
+
+    def next_head(self, ended_seq: int | None) -> HeadBrief | None:
+        """``head_after`` for a release that was a statement of its own: the head is read in
+        another one, only when a turn may wait."""
+        if self._nothing_waits(ended_seq):
+            return None
+        with self.db.statement() as conn:
+            return turn_ops.head_brief(conn, self.agent_id)
+
+    def _nothing_waits(self, ended_seq: int | None) -> bool:
+        return ended_seq is not None and self.admitted_at_release <= ended_seq
 
     def _give_back(self, conn: Connection, kind: str) -> None:
         admitted = agent_ops.release_lease(conn, self.agent_id, self.token)

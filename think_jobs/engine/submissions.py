@@ -126,7 +126,7 @@ def admit(
     agent, SQLite) is a transaction of the general path."""
     for attempt in range(3):
         try:
-            if services.db.dialect == "postgresql":
+            if services.db.one_statement_writes:
                 with services.db.statement() as conn:
                     found = queueing.admit_at_tail(conn, agent_id, new)
                     if found is None:  # a duplicate (a webhook retried): one more read
