@@ -3,9 +3,12 @@ of a pending submission, and the unregistered-type log line once per type."""
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
+import weakref
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -168,3 +171,22 @@ def test_an_unregistered_type_is_logged_once_per_type(
     lines = [r for r in caplog.records if "is not registered in this worker" in r.getMessage()]
     assert [r.levelno for r in lines] == [logging.ERROR, logging.DEBUG, logging.DEBUG]
     assert "(it serves: Recorder)" in lines[0].getMessage()
+
+
+def test_a_dropped_runtime_is_freed_with_its_worker_hooks(settings_env: dict[str, str]) -> None:
+    """The Celery signal handlers of a runtime's app (sweeper, presence, after-fork) live as
+    long as the app: held strongly by the signals, every runtime a process built stayed alive,
+    and a prefork child ran every one's after-fork."""
+
+    def build() -> tuple[weakref.ref[ThinkJobs], weakref.ref[Any]]:
+        base: dict[str, Any] = {
+            key.removeprefix("THINK_JOBS_").lower(): v for key, v in settings_env.items()
+        }
+        jobs = ThinkJobs(**base)
+        app = jobs.celery  # connects the handlers
+        jobs.close()
+        return weakref.ref(jobs), weakref.ref(app)
+
+    jobs, app = build()
+    gc.collect()
+    assert jobs() is None and app() is None

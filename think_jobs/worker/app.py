@@ -9,6 +9,7 @@ its presence heartbeat.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery, signals
@@ -79,10 +80,24 @@ def _connect_lifecycle(app: Celery, jobs: ThinkJobs) -> None:
                 running.pop().stop()
 
     _connect_logging(app, jobs)
-    signals.worker_process_init.connect(on_process_init, weak=False)
-    signals.worker_init.connect(on_init, weak=False)
-    signals.worker_ready.connect(on_ready, weak=False)
-    signals.worker_shutdown.connect(on_shutdown, weak=False)
+    _connect(
+        app,
+        (signals.worker_process_init, on_process_init),
+        (signals.worker_init, on_init),
+        (signals.worker_ready, on_ready),
+        (signals.worker_shutdown, on_shutdown),
+    )
+
+
+def _connect(app: Celery, *handlers: tuple[Any, Callable[..., None]]) -> None:
+    """Connect each handler to its signal for as long as ``app`` lives: the app keeps them and
+    the signals hold them weakly, so a ``ThinkJobs`` dropped with its app goes with them (held
+    strongly, every one a process ever built stayed alive — a test suite builds thousands —
+    and a prefork child ran every one's ``after_fork``)."""
+    kept: list[Callable[..., None]] = app.__dict__.setdefault("_think_jobs_handlers", [])
+    for signal, handler in handlers:
+        kept.append(handler)
+        signal.connect(handler, weak=True)
 
 
 def _size_stream_pool(jobs: ThinkJobs, controller: Any) -> None:
@@ -106,6 +121,9 @@ def _connect_logging(app: Celery, jobs: ThinkJobs) -> None:
         if jobs.settings.log_json and logger is not None:
             logs.use_json(logger)
 
-    signals.celeryd_after_setup.connect(on_started, weak=False)
-    signals.beat_init.connect(on_started, weak=False)
-    signals.after_setup_task_logger.connect(on_task_logging_setup, weak=False)
+    _connect(
+        app,
+        (signals.celeryd_after_setup, on_started),
+        (signals.beat_init, on_started),
+        (signals.after_setup_task_logger, on_task_logging_setup),
+    )
