@@ -54,10 +54,14 @@ def test_a_drain_sent_directly_is_the_message_celery_sends(jobs: ThinkJobs) -> N
     """On a plain Redis broker a drain is one LPUSH of a message think-jobs builds itself
     (``transport.celery_messages``): it must be, id for id, what Celery's own send writes."""
     queue = jobs.settings.queue
-    assert jobs.dispatch.enqueue_drain(7)
+    assert jobs.dispatch.enqueue_drain(7) and jobs.dispatch.enqueue_drain(8, swept=True)
     assert jobs._celery is None  # sent without building the Celery app
     jobs.celery.send_task(DRAIN_TASK, args=[7], queue=queue, ignore_result=True)
-    by_celery, ours = jobs.redis.lrange(queue, 0, -1)  # LPUSH: the newest first
+    jobs.celery.send_task(
+        DRAIN_TASK, args=[8], kwargs={"swept": True}, queue=queue, ignore_result=True
+    )
+    swept_by_celery, by_celery, swept, ours = jobs.redis.lrange(queue, 0, -1)  # newest first
     assert _without_ids(ours) == _without_ids(by_celery)
+    assert _without_ids(swept) == _without_ids(swept_by_celery)
     headers = json.loads(ours)["headers"]
     assert headers["root_id"] == headers["id"] == json.loads(ours)["properties"]["correlation_id"]

@@ -9,8 +9,11 @@ finished one in front) through the general path.
 
 from __future__ import annotations
 
+import base64
+import json
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from tests.support.builders import user
 from think_jobs import Think, ThinkJobs
@@ -157,3 +160,31 @@ def test_the_sweeper_finds_agents_with_work_waiting_and_no_live_lease(jobs: Thin
         first = agent_ops.agents_needing_a_drain(conn, limit=1)
     assert found == sorted(ids[name] for name in ("free", "expired", "orphan"))
     assert first == found[:1]
+
+
+def test_the_sweeper_sends_one_drain_until_that_drain_runs(jobs: ThinkJobs) -> None:
+    """The sweeper marks an agent it sent a drain, and sends no other while the mark lives;
+    only the drain it sent drops the mark (a drain of a submission leaves it, and costs no
+    Redis round trip for it)."""
+    agent, _ = queued(jobs, 1)
+    queue = jobs.settings.queue
+    jobs.redis.delete(queue)  # the submission's own drain: not the sweeper's
+
+    def sent() -> list[dict[str, Any]]:
+        raw = jobs.redis.lrange(queue, 0, -1)
+        found = [json.loads(base64.b64decode(json.loads(m)["body"])) for m in raw]
+        jobs.redis.delete(queue)
+        return [{"args": args, "kwargs": kwargs} for args, kwargs, _ in found]
+
+    assert worker.sweep(jobs.services) == 1
+    assert sent() == [{"args": [agent.id], "kwargs": {"swept": True}}]
+    assert worker.sweep(jobs.services) == 0 and sent() == []  # marked
+    with jobs.db.write() as conn:  # busy: a drain finds the lease held and runs nothing
+        assert agent_ops.try_acquire_lease(conn, agent.id, "someone", ttl_s=30.0)
+    assert worker.drain(jobs.services, agent.id) == Drained(0, Idle.BUSY)
+    with jobs.db.write() as conn:
+        agent_ops.release_lease(conn, agent.id, "someone")
+    assert worker.sweep(jobs.services) == 0  # a drain not the sweeper's left the mark
+    assert worker.drain(jobs.services, agent.id, swept=True) == Drained(1)
+    assert worker.sweep(jobs.services) == 0 and sent() == []  # nothing waits any more
+    assert not jobs.redis.exists(jobs.keys.swept(agent.id))

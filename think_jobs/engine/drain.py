@@ -30,15 +30,17 @@ log = logging.getLogger(__name__)
 _SWEEP_BATCH = 1000
 
 
-def drain(services: Services, agent_id: int) -> Drained:
+def drain(services: Services, agent_id: int, *, swept: bool = False) -> Drained:
     """Run the agent's next turns while its time slice lasts; returns what happened.
 
     One turn at least; more of the same agent while ``drain_slice_s`` is not used up and turns
     were queued behind the last one (saves a Celery round trip per turn when turns are quick).
     Then the next drain goes to the back of the queue, so an agent with a long backlog takes
-    its share, not the workers; a turn admitted meanwhile is handed on by the release.
+    its share, not the workers; a turn admitted meanwhile is handed on by the release. A drain
+    the sweeper sent (``swept``) first drops its mark, so the next sweep may send another.
     """
-    _forget_sweep_mark(services, agent_id)
+    if swept:
+        _forget_sweep_mark(services, agent_id)
     agent = _agent_ref(services, agent_id)
     if isinstance(agent, Idle):
         return Drained(0, agent)
@@ -102,7 +104,9 @@ def sweep(services: Services) -> int:
         agent_ids = agent_ops.agents_needing_a_drain(conn, limit=_SWEEP_BATCH)
     sent = 0
     for agent_id in agent_ids:
-        if _mark_swept(services, agent_id) and services.dispatch.enqueue_drain(agent_id):
+        if _mark_swept(services, agent_id) and services.dispatch.enqueue_drain(
+            agent_id, swept=True
+        ):
             sent += 1
     followups.send_due(services)
     approvals.expire_overdue(services)

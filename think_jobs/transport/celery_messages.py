@@ -23,11 +23,14 @@ from urllib.parse import urlsplit
 _EMBED: Final = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 
 
-def task_message(name: str, args: list[Any], *, queue: str, reply_to: str) -> str:
+def task_message(
+    name: str, args: list[Any], kwargs: dict[str, Any], *, queue: str, reply_to: str
+) -> str:
     """The JSON kombu's Redis transport stores in ``queue``'s list for a Celery task ``name``
-    called with ``args`` (protocol 2, JSON, results ignored, default priority)."""
+    called with ``args`` and ``kwargs`` (protocol 2, JSON, results ignored, default
+    priority)."""
     task_id = str(uuid.uuid4())
-    body = json.dumps([args, {}, _EMBED]).encode()
+    body = json.dumps([args, kwargs, _EMBED]).encode()
     headers: dict[str, Any] = {
         "lang": "py",
         "task": name,
@@ -42,7 +45,7 @@ def task_message(name: str, args: list[Any], *, queue: str, reply_to: str) -> st
         "root_id": task_id,
         "parent_id": None,
         "argsrepr": repr(args),
-        "kwargsrepr": "{}",
+        "kwargsrepr": repr(kwargs),
         "origin": f"gen{os.getpid()}@{_HOST}",
         "ignore_result": True,
         "replaced_task_nesting": 0,

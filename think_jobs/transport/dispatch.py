@@ -49,29 +49,35 @@ class Dispatcher:
         self._direct = direct
         self._reply_to = str(uuid.uuid4())  # Celery's reply address; drains ignore results
 
-    def enqueue_drain(self, agent_id: int, address: str | None = None) -> bool:
-        """Ask a worker to run the agent's next turn; False (logged, naming ``address`` when
-        given: ``<type>:<name>``) if the broker is down."""
+    def enqueue_drain(
+        self, agent_id: int, address: str | None = None, *, swept: bool = False
+    ) -> bool:
+        """Ask a worker to run the agent's next turn (``swept``: for the sweeper, whose mark
+        the drain drops); False (logged, naming ``address`` when given: ``<type>:<name>``) if
+        the broker is down."""
         try:
-            self._send_drain(agent_id)
+            self._send_drain(agent_id, {"swept": True} if swept else {})
         except Exception as error:  # kombu raises several unrelated types when the broker is down
             agent = address or f"agent row {agent_id}"
             log.warning("could not enqueue work for %s (the sweeper will): %s", agent, error)
             return False
         return True
 
-    def _send_drain(self, agent_id: int) -> None:
+    def _send_drain(self, agent_id: int, kwargs: dict[str, Any]) -> None:
         if not self._direct:
             self._celery().send_task(
                 DRAIN_TASK,
                 args=[agent_id],
+                kwargs=kwargs,
                 queue=self._queue,
                 ignore_result=True,
                 retry=True,
                 retry_policy={**_RETRY_POLICY, "interval_max": 0.2},
             )
             return
-        message = task_message(DRAIN_TASK, [agent_id], queue=self._queue, reply_to=self._reply_to)
+        message = task_message(
+            DRAIN_TASK, [agent_id], kwargs, queue=self._queue, reply_to=self._reply_to
+        )
         with broker_errors("sending a drain"):
             try:
                 self._clients.redis.lpush(self._queue, message)

@@ -44,9 +44,10 @@ def _drains(app: Celery, jobs: ThinkJobs) -> None:
         retry_backoff_max=30,
         max_retries=20,
     )
-    def drain_task(agent_id: int) -> str:
+    def drain_task(agent_id: int, swept: bool = False) -> str:
         """Run the agent's next turn; while the database is down, back off and retry."""
-        return str(drain.drain(jobs.services, agent_id))  # "ran 2", "idle": for Celery's log
+        ran = drain.drain(jobs.services, agent_id, swept=swept)
+        return str(ran)  # "ran 2", "idle": for Celery's log
 
     @app.task(name=SWEEP_TASK, ignore_result=True, shared=False)  # type: ignore[untyped-decorator]
     def sweep() -> int:
