@@ -169,3 +169,27 @@ def test_a_held_lease_claims_the_next_fresh_head_in_one_statement(jobs: ThinkJob
         (["WITH", "fresh"], True)
     ]
     assert following.claim.token == result.claim.token and following.claim.turn.seq == 2
+
+
+def test_a_message_holding_nul_is_claimed_by_the_general_path(jobs: ThinkJobs) -> None:
+    """JSON keeps a NUL as ``\\u0000``, which PostgreSQL's ``->>`` refuses to turn into text:
+    the one statement leaves such a head alone and the general path claims it."""
+    jobs.register(Quiet)
+    handle = jobs.get_agent(Quiet, "a")
+    message = {
+        "id": "m1",
+        "role": "user",
+        "parts": [{"type": "text", "text": "a\x00b"}, {"type": "data-x", "data": {"k\x00": 1}}],
+    }
+    handle.submit_messages([message])
+    agent_id = jobs.agent_id_of(handle, create=False)
+    assert agent_id is not None
+    agent = AgentRef(agent_id, "Quiet", "a")
+    with statements(jobs) as sent:
+        result = claim(jobs.services, agent)
+    assert isinstance(result, Claimed), result
+    assert result.claim.turn.status == "running" and result.claim.turn.attempt == 1
+    assert sent[0][0].split()[:2] == ["WITH", "fresh"] and len(sent) > 1  # then the general path
+    stored = conversation(jobs, agent)
+    assert stored == [message]
+    assert result.claim.history is not None and json.loads(result.claim.history) == stored

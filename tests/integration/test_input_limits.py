@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from tests.acceptance.test_cli import think_jobs
@@ -268,6 +268,22 @@ def test_accepted_input_round_trips_everywhere_and_refused_input_writes_nothing(
     @given(
         message=MESSAGES,
         metadata=st.none() | st.dictionaries(st.text(max_size=4), deep_values(), max_size=2),
+    )
+    @example(  # JSON keeps NUL as \u0000, which PostgreSQL's ->> cannot read (CI found it)
+        message={
+            "id": "m\x00",
+            "role": "user",
+            "parts": [{"type": "text", "text": "\x00"}, {"type": "data-x", "data": {"\x00": 0}}],
+        },
+        metadata=None,
+    )
+    @example(
+        message={
+            "id": "m1",
+            "role": "user",
+            "parts": [{"type": "text", "text": "\x00"}, {"type": "data-x", "data": {"\x00": 0}}],
+        },
+        metadata={"\x00": "\x00"},
     )
     @settings(
         max_examples=40,

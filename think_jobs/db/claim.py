@@ -7,8 +7,9 @@ One statement has one snapshot, taken *before* it waits for the row lock, so thi
 ahead only when nobody changed the agent row between its snapshot and its lock (the ``xmin``
 guard of ``db.admission``: a release, an admission or a claim changes it), and only for the
 common case: the head is a pending submission whose messages are not applied yet, waiting
-for no approval, bringing no body to remember, and not a ``regenerate``. Then, in one round
-trip:
+for no approval, bringing no body to remember, not a ``regenerate``, and holding no NUL
+(PostgreSQL's ``->>`` cannot turn a JSON text with ``\\u0000`` anywhere into text: such a
+message goes the general path, which reads ids in Python). Then, in one round trip:
 
 - ``fresh``: the agent's head in the snapshot, if it is such a submission;
 - ``leased``: the lease taken (free or expired; ``renewing``: still ours), only under the
@@ -53,6 +54,7 @@ WITH fresh AS (
       AND t.status = 'pending' AND t.kind = 'submission' AND NOT t.messages_applied
       AND NOT t.awaiting_approval AND t."trigger" <> 'regenerate'
       AND (t.body IS NULL OR json_typeof(t.body) = 'null')
+      AND strpos(t.messages::text, {{nul}}) = 0
 ), leased AS (
     UPDATE think_agents AS a
     SET lease_token = :token,
@@ -91,6 +93,7 @@ SELECT {_TURN_COLUMNS}, l.admitted AS claim_admitted, l.now AS claim_now,
            UNION ALL SELECT id, data FROM applied) AS c) AS claim_history
 FROM leased AS l LEFT JOIN started AS s ON true
 """
+_NUL = "chr(92) || 'u0000'"  # the JSON escape of NUL, which ->> cannot turn into text
 _FREE = "(a.lease_token IS NULL OR a.lease_expires_at < clock_timestamp())"
 _OURS = "a.lease_token = :token"
 _TYPES: dict[str, TypeEngine[Any]] = {
@@ -102,7 +105,7 @@ _TYPES: dict[str, TypeEngine[Any]] = {
 
 def _statement(lease: str) -> Any:
     """The statement for one lease condition; its first columns are the turn's, in order."""
-    return text(_SQL.format(lease=lease)).columns(*turns.c, **_TYPES)
+    return text(_SQL.format(lease=lease, nul=_NUL)).columns(*turns.c, **_TYPES)
 
 
 _TAKE, _RENEW = _statement(_FREE), _statement(_OURS)
