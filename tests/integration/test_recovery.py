@@ -88,18 +88,20 @@ agent.save_messages([{"id": "m-caller", "role": "user", "parts": [{"type": "text
 def test_killed_blocking_caller_turn_is_finished_by_a_worker(
     make_jobs: Callable[..., ThinkJobs], settings_env: dict[str, str]
 ) -> None:
-    env = {**settings_env, "THINK_JOBS_LEASE_TTL_S": "1.5"}
-    jobs = make_jobs(lease_ttl_s=1.5)
+    # The caller's lease is short, so that the worker may take its turn soon after it dies;
+    # the worker's own lease keeps the default: a busy machine must not make it lapse too.
+    caller_env = {**os.environ, **settings_env, "THINK_JOBS_LEASE_TTL_S": "1.5"}
+    jobs = make_jobs()
     agent = jobs.get_agent(Recorder, "a")
     caller = subprocess.Popen(
-        [sys.executable, "-c", CALLER], cwd=ROOT, env={**os.environ, **env}, start_new_session=True
+        [sys.executable, "-c", CALLER], cwd=ROOT, env=caller_env, start_new_session=True
     )
     try:
         wait_until(lambda: _deltas_in_stream(jobs, agent.address) >= 20, 30)
     finally:
         os.killpg(caller.pid, signal.SIGKILL)
         caller.wait(10)
-    with worker_processes(env, count=1, concurrency=2):
+    with worker_processes(settings_env, count=1, concurrency=2):
         wait_until(lambda: _finished(jobs, agent), 60)
     user_ids = [m.id for m in agent.get_messages() if m.role == "user"]
     assert user_ids == ["m-caller"]
