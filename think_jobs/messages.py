@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -42,11 +42,13 @@ from think_jobs.limits import (
     Limits,
     entries,
     has_control_characters,
+    is_unicode,
     over_limit,
     value_problem,
 )
 
 Role = Literal["system", "user", "assistant"]
+ROLES: tuple[str, ...] = get_args(Role)
 TextState = Literal["streaming", "done"]
 ToolState = Literal[
     "input-streaming",
@@ -469,6 +471,7 @@ __all__ = [
     "new_message_id",
     "stored_message_problem",
     "stored_messages",
+    "unappliable_reason",
     "user_text_message",
 ]
 
@@ -500,6 +503,40 @@ def stored_message_problem(json_object: str) -> str | None:
         for error in errors:
             error["loc"] = error["loc"][1:]  # the array index is not the message's
         return "; ".join(_describe_message_error(error, "") for error in errors)
+    return None
+
+
+def unappliable_reason(messages: object) -> str | None:
+    """Why a submission's stored messages cannot join the conversation, or None when they can.
+
+    Submissions are validated as they are admitted, so only a row an older version or a
+    manual edit left fails here: not a list of objects, each with an id and a role the
+    message table can hold. Their parts are looked at when the conversation is read back
+    (``stored_messages``); this is the least the rows must be to be written at all.
+    """
+    if messages is None:
+        return None
+    if not isinstance(messages, list):
+        return f"messages: expected a list, got {type(messages).__name__}"
+    for index, message in enumerate(messages):
+        problem = _unappliable_message(message)
+        if problem is not None:
+            return f"messages[{index}]: {problem}"
+    return None
+
+
+def _unappliable_message(message: object) -> str | None:
+    if not isinstance(message, dict):
+        return f"expected an object, got {type(message).__name__}"
+    identity, role = message.get("id"), message.get("role")
+    if not isinstance(identity, str) or not identity:
+        return "no id"
+    if len(identity) > ID_MAX_CHARS:
+        return f"an id of {len(identity)} characters; at most {ID_MAX_CHARS} can be stored"
+    if has_control_characters(identity) or not is_unicode(identity):
+        return "an id holding control characters or a lone surrogate"
+    if role not in ROLES:
+        return f"role {str(role)[:20]!r}: expected one of {', '.join(ROLES)}"
     return None
 
 

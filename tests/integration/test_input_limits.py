@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import update
 
 from tests.acceptance.test_cli import think_jobs
 from tests.apps.agents import Recorder
@@ -22,6 +23,7 @@ from tests.web.support import FULL, FULL_TOKEN, SECRET_KEY
 from think_jobs import Think, ThinkJobs
 from think_jobs.context import utcnow
 from think_jobs.db import conversation as conversation_ops
+from think_jobs.db.tables import turns
 from think_jobs.errors import InvalidInputError, MessageValidationError, StoredMessageError
 from think_jobs.messages import ToolPart, coerce_message
 from think_jobs.models.base import ModelRequest
@@ -167,6 +169,40 @@ def test_a_turn_over_an_unreadable_message_ends_in_error_naming_it_and_the_agent
         agent.remove_message("old-1")
         second = agent.submit_messages([user('{"text": "fine again"}')])
         wait_for_status(agent, second.submission_id, "completed")
+
+
+UNAPPLIABLE: dict[str, Any] = {
+    "not a list": {"id": "m1", "role": "user", "parts": []},
+    "not an object": [1],
+    "no id": [{"role": "user", "parts": []}],
+    "an id that is a number": [{"id": 7, "role": "user", "parts": []}],
+    "an id with a NUL": [{"id": "m\x00", "role": "user", "parts": []}],
+    "an id with a control character": [{"id": "m\x01", "role": "user", "parts": []}],
+    "an id too long for its column": [{"id": "m" * 256, "role": "user", "parts": []}],
+    "a role no message has": [{"id": "m1", "role": "robot", "parts": []}],
+    "a role too long for its column": [{"id": "m1", "role": "r" * 40, "parts": []}],
+}
+
+
+@pytest.mark.parametrize("stored", UNAPPLIABLE.values(), ids=list(UNAPPLIABLE))
+def test_a_submission_whose_stored_messages_cannot_be_applied_ends_in_error_and_the_agent_goes_on(
+    jobs: ThinkJobs, stored: Any
+) -> None:
+    """A pending row an older version or a manual edit left: neither claim path may stop the
+    agent's queue on it (PostgreSQL's one-statement claim raised on such rows at every drain)."""
+    agent = jobs.get_agent(Recorder, "a")
+    first = agent.submit_messages([user('{"text": "hello"}', "m-first")])
+    with jobs.db.write() as conn:
+        edited = update(turns).where(turns.c.request_id == first.submission_id)
+        conn.execute(edited.values(messages=stored))
+    second = agent.submit_messages([user('{"text": "fine again"}', "m-second")])
+    with worker(jobs):
+        failed = wait_for_status(agent, first.submission_id, "error")
+        wait_for_status(agent, second.submission_id, "completed")
+    assert failed.error.startswith("The submission's stored messages cannot be applied (")
+    assert failed.error.endswith("the turn did not run.")
+    assert [(m.id, m.role) for m in agent.get_messages()][:1] == [("m-second", "user")]
+    assert len(agent.get_messages()) == 2  # nothing of the first was applied
 
 
 def test_the_operator_commands_check_repair_and_remove(

@@ -7,9 +7,11 @@ One statement has one snapshot, taken *before* it waits for the row lock, so thi
 ahead only when nobody changed the agent row between its snapshot and its lock (the ``xmin``
 guard of ``db.admission``: a release, an admission or a claim changes it), and only for the
 common case: the head is a pending submission whose messages are not applied yet, waiting
-for no approval, bringing no body to remember, not a ``regenerate``, and holding no NUL
-(PostgreSQL's ``->>`` cannot turn a JSON text with ``\\u0000`` anywhere into text: such a
-message goes the general path, which reads ids in Python). Then, in one round trip:
+for no approval, bringing no body to remember, not a ``regenerate``, holding no NUL
+(PostgreSQL's ``->>`` cannot turn a JSON text with ``\\u0000`` anywhere into text), and
+whose messages all have an id and a role the general path would apply: any other head, and
+any row PostgreSQL refuses to take apart, goes the general path, which decides in Python
+(``messages.unappliable_reason``). Then, in one round trip:
 
 - ``fresh``: the agent's head in the snapshot, if it is such a submission;
 - ``leased``: the lease taken (free or expired; ``renewing``: still ours), only under the
@@ -27,16 +29,19 @@ the head, the caller goes on with the lease it now holds (the general path, rene
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Connection, Text, text
+from sqlalchemy import BigInteger, Connection, Text, exc, text
 from sqlalchemy.types import TypeEngine
 
 from think_jobs.db.tables import UTCDateTime, turns
 from think_jobs.db.turns import record_of_row
 from think_jobs.domain.records import TurnRecord
+
+log = logging.getLogger(__name__)
 
 _TURN_COLUMNS = ", ".join(f's."{column.name}"' for column in turns.c)
 _HEAD = """
@@ -55,6 +60,8 @@ WITH fresh AS (
       AND NOT t.awaiting_approval AND t."trigger" <> 'regenerate'
       AND (t.body IS NULL OR json_typeof(t.body) = 'null')
       AND strpos(t.messages::text, {{nul}}) = 0
+      AND (t.messages IS NULL OR json_typeof(t.messages) IN ('array', 'null'))
+      AND NOT EXISTS ({{unappliable}})
 ), leased AS (
     UPDATE think_agents AS a
     SET lease_token = :token,
@@ -93,6 +100,15 @@ SELECT {_TURN_COLUMNS}, l.admitted AS claim_admitted, l.now AS claim_now,
            UNION ALL SELECT id, data FROM applied) AS c) AS claim_history
 FROM leased AS l LEFT JOIN started AS s ON true
 """
+# A message the general path would refuse to apply (``messages.unappliable_reason``): that
+# path decides, and ends the turn in error. (What this cannot tell is left to it too.)
+_UNAPPLIABLE = """
+    SELECT 1 FROM json_array_elements(
+        CASE json_typeof(t.messages) WHEN 'array' THEN t.messages ELSE '[]' END) AS e(v)
+    WHERE json_typeof(v) IS DISTINCT FROM 'object'
+       OR json_typeof(v -> 'id') IS DISTINCT FROM 'string'
+       OR (v ->> 'role') IS NULL OR (v ->> 'role') NOT IN ('system', 'user', 'assistant')
+       OR length(v ->> 'id') NOT BETWEEN 1 AND 255 OR (v ->> 'id') ~ '[[:cntrl:]]'"""
 _NUL = "chr(92) || 'u0000'"  # the JSON escape of NUL, which ->> cannot turn into text
 _FREE = "(a.lease_token IS NULL OR a.lease_expires_at < clock_timestamp())"
 _OURS = "a.lease_token = :token"
@@ -105,7 +121,9 @@ _TYPES: dict[str, TypeEngine[Any]] = {
 
 def _statement(lease: str) -> Any:
     """The statement for one lease condition; its first columns are the turn's, in order."""
-    return text(_SQL.format(lease=lease, nul=_NUL)).columns(*turns.c, **_TYPES)
+    return text(_SQL.format(lease=lease, nul=_NUL, unappliable=_UNAPPLIABLE)).columns(
+        *turns.c, **_TYPES
+    )
 
 
 _TAKE, _RENEW = _statement(_FREE), _statement(_OURS)
@@ -140,7 +158,13 @@ def claim_fresh_head(
         "ttl_s": ttl_s,
         "new_message_id": assistant_message_id,
     }
-    row = conn.execute(_RENEW if renewing else _TAKE, values).one_or_none()
+    try:
+        row = conn.execute(_RENEW if renewing else _TAKE, values).one_or_none()
+    except (exc.DataError, exc.IntegrityError) as error:
+        # Stored messages PostgreSQL cannot take apart (a row a manual edit or an older
+        # version left): nothing was written; the general path reads them in Python.
+        log.warning("claim of agent row %s left to the general path: %s", agent_id, error.orig)
+        return None
     if row is None:
         return None
     fields = row._mapping

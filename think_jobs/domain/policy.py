@@ -19,6 +19,10 @@ CONFLICT_MESSAGE: Final = "submission_id and idempotency_key refer to different 
 CALLER_GONE: Final = "The caller went away before its turn started."
 SKIPPED_BY_RESET: Final = "Submission was skipped by turn reset."
 INTERRUPTED_AFTER_APPLIED: Final = "Submission was interrupted after messages were applied."
+UNAPPLIABLE: Final = (
+    "The submission's stored messages cannot be applied ({reason}): the row was left by an "
+    "older version or a manual edit; the turn did not run."
+)
 INTERRUPTED_PARTIALLY_APPLIED: Final = (
     "Submission was interrupted after messages were partially applied."
 )

@@ -32,6 +32,7 @@ message can delay a turn but never reorder or double-run one.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -53,7 +54,9 @@ from think_jobs.domain.records import (
     TurnRecord,
 )
 from think_jobs.domain.status import Kind, Status
-from think_jobs.messages import new_message_id
+from think_jobs.messages import new_message_id, unappliable_reason
+
+log = logging.getLogger(__name__)
 
 REGENERATE = "regenerate"  # a submission whose turn replaces the agent's last reply
 _MAX_STALE_HEADS = 100
@@ -149,7 +152,7 @@ def claim_next(
         return NotClaimed(Idle.BUSY)
     holder = _Holder(agent, token, held.admitted, held.now)
     fresh = turn_ops.start_fresh_head(conn, agent.id, assistant_message_id=new_message_id())
-    if fresh is not None:
+    if fresh is not None and not _unappliable(conn, fresh):
         return _started(conn, fresh, holder, recovering=False, applying=True)
     for _ in range(_MAX_STALE_HEADS):
         head = turn_ops.head_turn(conn, agent.id)
@@ -238,7 +241,24 @@ def _claim_head(
         return NotClaimed(Idle.CALLER, head)
     if head.messages_applied:  # handed to recovery by a stalled attempt
         return _recover_orphan(conn, head, holder, max_recoveries)
+    if _unappliable(conn, head):
+        return None
     return _start(conn, head, holder, recovering=False)
+
+
+def _unappliable(conn: Connection, head: TurnRecord) -> bool:
+    """A submission whose stored messages cannot join the conversation ends in error, not run
+    (True): one bad row must not stop the agent's queue."""
+    if not head.is_submission or head.trigger == REGENERATE:
+        return False
+    reason = unappliable_reason(head.messages)
+    if reason is None:
+        return False
+    log.error("submission %s not run: %s", head.request_id, reason)
+    turn_ops.end_turn(
+        conn, head.id, status=Status.ERROR, error=policy.UNAPPLIABLE.format(reason=reason)
+    )
+    return True
 
 
 def _recover_orphan(
