@@ -529,8 +529,10 @@ def _unappliable_message(message: object) -> str | None:
     if not isinstance(message, dict):
         return f"expected an object, got {type(message).__name__}"
     identity, role = message.get("id"), message.get("role")
-    if not isinstance(identity, str) or not identity:
+    if identity is None or identity == "":
         return "no id"
+    if not isinstance(identity, str):
+        return f"an id that is not a string but {type(identity).__name__}"
     if len(identity) > ID_MAX_CHARS:
         return f"an id of {len(identity)} characters; at most {ID_MAX_CHARS} can be stored"
     if has_control_characters(identity) or not is_unicode(identity):

@@ -23,6 +23,7 @@ from think_jobs.messages import (
     coerce_messages,
     message_text,
     new_message_id,
+    unappliable_reason,
     user_text_message,
 )
 
@@ -294,3 +295,32 @@ def test_an_approval_that_could_not_be_looked_up_or_stored_is_refused(
     }
     with pytest.raises(MessageValidationError, match=rf"parts\[0\]\.{field}"):
         coerce_message({"id": "m", "role": "assistant", "parts": [part]})
+
+
+@pytest.mark.parametrize(
+    ("stored", "reason"),
+    [
+        (None, None),  # a continuation brings no messages
+        ([{"id": "m1", "role": "user", "parts": []}], None),
+        ({"id": "m1"}, "messages: expected a list, got dict"),
+        ([{"id": "m1", "role": "user"}, 1], "messages[1]: expected an object, got int"),
+        ([{"role": "user"}], "messages[0]: no id"),
+        ([{"id": 7, "role": "user"}], "messages[0]: an id that is not a string but int"),
+        (
+            [{"id": "m" * 256, "role": "user"}],
+            "messages[0]: an id of 256 characters; at most 255 can be stored",
+        ),
+        (
+            [{"id": "m\x01", "role": "user"}],
+            "messages[0]: an id holding control characters or a lone surrogate",
+        ),
+        (
+            [{"id": "m1", "role": "robot"}],
+            "messages[0]: role 'robot': expected one of system, user, assistant",
+        ),
+    ],
+)
+def test_unappliable_reason_names_the_first_message_a_claim_cannot_apply(
+    stored: Any, reason: str | None
+) -> None:
+    assert unappliable_reason(stored) == reason
