@@ -115,6 +115,10 @@ def test_fuzz_the_api_against_its_document(web_jobs: ThinkJobs, mode: Generation
         "THINK_JOBS_SSE_MAX_DURATION_S": 0.3,
     }
     schema = schemathesis.openapi.from_wsgi("/api/openapi.json", create_app(web_jobs, config))
+    # A negative body may also be over the size limit: 413 is a refusal the document names
+    # for every operation with a body (schemathesis' default list leaves it out; seen in CI).
+    rejection = schema.config.checks.negative_data_rejection
+    rejection.expected_statuses = [*rejection.expected_statuses, "413"]
     operations = []
     for result in schema.get_all_operations():
         assert isinstance(result, Ok), result.err()
