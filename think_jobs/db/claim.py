@@ -40,6 +40,8 @@ from sqlalchemy.types import TypeEngine
 from think_jobs.db.tables import UTCDateTime, turns
 from think_jobs.db.turns import record_of_row
 from think_jobs.domain.records import TurnRecord
+from think_jobs.limits import ID_MAX_CHARS
+from think_jobs.messages import ROLES
 
 log = logging.getLogger(__name__)
 
@@ -102,13 +104,13 @@ FROM leased AS l LEFT JOIN started AS s ON true
 """
 # A message the general path would refuse to apply (``messages.unappliable_reason``): that
 # path decides, and ends the turn in error. (What this cannot tell is left to it too.)
-_UNAPPLIABLE = """
+_UNAPPLIABLE = f"""
     SELECT 1 FROM json_array_elements(
         CASE json_typeof(t.messages) WHEN 'array' THEN t.messages ELSE '[]' END) AS e(v)
     WHERE json_typeof(v) IS DISTINCT FROM 'object'
        OR json_typeof(v -> 'id') IS DISTINCT FROM 'string'
-       OR (v ->> 'role') IS NULL OR (v ->> 'role') NOT IN ('system', 'user', 'assistant')
-       OR length(v ->> 'id') NOT BETWEEN 1 AND 255 OR (v ->> 'id') ~ '[[:cntrl:]]'"""
+       OR (v ->> 'role') IS NULL OR (v ->> 'role') NOT IN ({", ".join(f"'{r}'" for r in ROLES)})
+       OR length(v ->> 'id') NOT BETWEEN 1 AND {ID_MAX_CHARS} OR (v ->> 'id') ~ '[[:cntrl:]]'"""
 _NUL = "chr(92) || 'u0000'"  # the JSON escape of NUL, which ->> cannot turn into text
 _FREE = "(a.lease_token IS NULL OR a.lease_expires_at < clock_timestamp())"
 _OURS = "a.lease_token = :token"
