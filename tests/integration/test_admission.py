@@ -27,7 +27,7 @@ from think_jobs.db import agents as agent_ops
 from think_jobs.db import turns as turn_ops
 from think_jobs.domain import policy
 from think_jobs.domain.policy import Nudge
-from think_jobs.domain.records import Admission, AgentRef, HeadBrief, NewTurn
+from think_jobs.domain.records import Admission, AgentRef, NewTurn, Released
 from think_jobs.domain.status import Kind
 from think_jobs.engine import submissions
 from think_jobs.engine.execution import Claimed, claim
@@ -165,8 +165,8 @@ def test_a_release_with_nothing_admitted_behind_is_one_autocommit_statement(
     agent, _ = queued(jobs, 1)
     lease = _lease_of(jobs, agent)
     with statements(jobs) as sent:
-        head = lease.release(ended_seq=1)
-    assert head is None and lease.released
+        released = lease.release(ended_seq=1)
+    assert released == Released(None) and lease.released
     assert [(statement.split()[0], autocommit) for statement, autocommit in sent] == [
         ("UPDATE", True)
     ]
@@ -180,7 +180,7 @@ def test_a_release_names_the_turn_admitted_while_it_waited_for_the_agent_row(
     admission commits is read as the head and nudged (it saw the lease held and nudged no one)."""
     agent, _ = queued(jobs, 1)
     lease = _lease_of(jobs, agent)
-    found: list[HeadBrief | None] = []
+    found: list[Released] = []
     with jobs.db.write() as conn:  # an admission holding the agent row, not committed yet
         admitted = agent_ops.next_admission(conn, agent.id)
         assert admitted.lease_held  # so it nudges nobody
@@ -191,9 +191,9 @@ def test_a_release_names_the_turn_admitted_while_it_waited_for_the_agent_row(
         _wait_for_lock_waiter(jobs)
     releasing.join(10)
     assert found, "the release did not finish"
-    head = found[0]
+    head = found[0].next_turn
     assert head is not None and (head.seq, head.status) == (2, "pending")
-    assert policy.next_nudge(head) is Nudge.DRAIN
+    assert policy.nudge_after_release(found[0]) is Nudge.DRAIN
 
 
 def test_a_release_whose_turn_may_still_be_active_reads_the_head(jobs: ThinkJobs) -> None:
@@ -203,6 +203,6 @@ def test_a_release_whose_turn_may_still_be_active_reads_the_head(jobs: ThinkJobs
     assert isinstance(result, Claimed), result
     with jobs.db.write() as conn:
         turn_ops.requeue_turn(conn, result.claim.turn)
-    head = result.lease.release(ended_seq=None)
-    assert head is not None and head.seq == 1
-    assert policy.next_nudge(head) is Nudge.DRAIN
+    released = result.lease.release(ended_seq=None)
+    assert released.next_turn is not None and released.next_turn.seq == 1
+    assert policy.nudge_after_release(released) is Nudge.DRAIN

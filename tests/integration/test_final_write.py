@@ -10,15 +10,19 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from tests.apps.agents import Support
 from tests.integration.test_admission import statements
 from tests.integration.test_queueing import queued
-from think_jobs import ThinkJobs
+from tests.support.builders import buffer_key, texts, user, wait_for_status, wait_until
+from tests.support.proxy import proxy_to
+from think_jobs import ChatResponseResult, Think, ThinkJobs
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
 from think_jobs.domain.records import AgentRef, TurnRecord
 from think_jobs.engine.execution import Claimed, claim
 from think_jobs.engine.lease import Lease, LeaseLost
+from think_jobs.testing import worker
 
 pytestmark = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 
@@ -117,3 +121,60 @@ def test_a_status_set_meanwhile_is_kept_and_the_reply_replaces_the_partial(
     assert (after.status, after.error) == ("aborted", "stopped by the user")
     assert [m["id"] for m in conversation] == ["m0", "r1"]
     assert conversation[-1] == reply("partial, then more")
+
+
+# -- the database gone between the release and the read of the next head -------------------
+
+
+class Hooked(Support):
+    """With a hook after the final write, the lease is given back by a statement of its own."""
+
+    def on_chat_response(self, result: ChatResponseResult) -> None:
+        pass
+
+
+# The statement that gives the lease back, as each path sends it.
+_RELEASES: dict[type[Think], str] = {
+    Support: "WITH fenced AS (UPDATE think_agents SET lease_token=NULL",
+    Hooked: "UPDATE think_agents SET lease_token=NULL",
+}
+
+
+@pytest.mark.parametrize("agent_class", [Support, Hooked], ids=["with-final-write", "alone"])
+def test_a_database_gone_right_after_the_release_neither_fails_the_turn_nor_strands_the_next(
+    make_jobs: Any, database_url: str, agent_class: type[Think]
+) -> None:
+    """The lease is given back, then PostgreSQL refuses the worker before it reads the head:
+    the turn still ends as any other (its stream's ``done``), and a drain is nudged to look
+    for the next turn instead of leaving it to the sweeper (off here)."""
+    observer = make_jobs()
+    agent = observer.get_agent(agent_class, "a")
+    first = agent.submit_messages([user("one")])
+    second = agent.submit_messages([user("two")])
+    with proxy_to(5432) as proxy:
+        port = database_url.split("@", 1)[1].split("/", 1)[0]
+        proxied = database_url.replace(port, f"127.0.0.1:{proxy.port}")
+        cut_off = make_jobs(database_url=proxied, drain_slice_s=0)  # release after each turn
+        cut_off.get_agent(agent_class, "a")  # registered in the worker's process
+
+        def after(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+            if " ".join(statement.split()).startswith(_RELEASES[agent_class]) and not fired:
+                fired.append(statement)
+                proxy.down()
+
+        fired: list[str] = []
+        sa.event.listen(cut_off.db.engine, "after_cursor_execute", after)
+        with worker(cut_off, sweeper=False):
+            key = buffer_key(agent, first.submission_id)
+
+            def ended() -> bool:
+                return any(b'"done":true' in raw for raw in observer.redis.lrange(key, 0, -1))
+
+            wait_until(ended)
+            assert fired and wait_for_status(agent, first.submission_id, "completed")
+            proxy.heal()
+            wait_for_status(agent, second.submission_id, "completed")
+    assert texts(agent) == [
+        ("user", "one"), ("assistant", "Thanks, we are on it."),
+        ("user", "two"), ("assistant", "Thanks, we are on it."),
+    ]  # fmt: skip

@@ -6,6 +6,11 @@ which is what a network that drops packets does to TCP: the sender's writes queu
 reads wait, and whatever was held is delivered once the partition heals (``heal()``). That
 delayed delivery is the dangerous part of a real partition, and the one fencing must survive.
 New connections made during a cut are accepted and then hang too.
+
+``down()`` is the other failure: the server gone (stopped, restarting, a host that refuses).
+Every connection through the proxy is closed at once and new ones are closed as soon as they
+are accepted, until ``heal()``; the client's next statement or connect fails fast instead
+of hanging.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ class Proxy:
         self._flowing = threading.Event()
         self._flowing.set()
         self._closed = threading.Event()
+        self._down = threading.Event()
         self._sockets: list[socket.socket] = []
         self._listener = socket.create_server((host, self.port), backlog=128)
         self._accepter = threading.Thread(target=self._accept, daemon=True)
@@ -39,14 +45,25 @@ class Proxy:
         self._flowing.clear()
 
     def heal(self) -> None:
+        self._down.clear()
         self._flowing.set()
+
+    def down(self) -> None:
+        self._down.set()
+        self._close_all()
 
     def close(self) -> None:
         self._closed.set()
         self._flowing.set()
         with contextlib.suppress(OSError):
             self._listener.close()
-        for sock in list(self._sockets):
+        self._close_all()
+
+    def _close_all(self) -> None:
+        sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
             with contextlib.suppress(OSError):
                 sock.close()
 
@@ -60,6 +77,9 @@ class Proxy:
 
     def _connect(self, client: socket.socket) -> None:
         self._hold()
+        if self._down.is_set():
+            client.close()
+            return
         try:
             upstream = socket.create_connection(self.target, timeout=5)
         except OSError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Final, Literal
 
-from think_jobs.domain.records import HeadBrief, TurnRecord
+from think_jobs.domain.records import HeadBrief, Released, TurnRecord
 from think_jobs.domain.status import Kind, Status
 from think_jobs.errors import SubmissionConflictError
 from think_jobs.results import WorkerRecord
@@ -45,6 +45,15 @@ def next_nudge(head: HeadBrief | None) -> Nudge:
     if head.kind is Kind.SUBMISSION or head.status is Status.RUNNING or head.messages_applied:
         return Nudge.DRAIN
     return Nudge.WAKE
+
+
+def nudge_after_release(released: Released) -> Nudge:
+    """``next_nudge`` of the head found at the release; a head that could not be read gets a
+    drain, which looks for itself (it runs a submission, wakes the caller of a blocking turn,
+    or finds nothing to do): never left to the sweeper's next pass."""
+    if released.head_unread:
+        return Nudge.DRAIN
+    return next_nudge(released.next_turn)
 
 
 OrphanPlan = Literal["requeue", "continue"] | str

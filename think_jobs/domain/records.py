@@ -185,9 +185,12 @@ class Drained:
 
 @dataclass(frozen=True)
 class Released:
-    """What the agent's queue looked like as a lease was given back."""
+    """What the agent's queue looked like as a lease was given back. ``head_unread``: the
+    lease was given back but the head could not be read after it (the database went away
+    between the two statements), so whether a turn waits is not known."""
 
     next_turn: HeadBrief | None
+    head_unread: bool = False
 
 
 @dataclass(frozen=True)

@@ -306,7 +306,7 @@ class _Run:
             with self.services.db.statement() as conn:
                 status, error = _stored_ending(conn, turn, status, error)
         if releasing:
-            self.released = Released(lease.next_head(turn.seq))
+            self.released = lease.next_head(turn.seq)
         return ended, status, error
 
     def _final_transaction(
@@ -381,7 +381,7 @@ def _stored_ending(
 
 def _release(lease: Lease, claim: Claim, ended_seq: int | None) -> Released | None:
     try:
-        return Released(lease.release(ended_seq=ended_seq))
+        return lease.release(ended_seq=ended_seq)
     except LeaseLost:
         return None
     except ThinkJobsError:

@@ -19,7 +19,7 @@ from think_jobs.keys import agent_address
 
 def released(services: Services, agent: AgentRef, what: Released) -> None:
     """A lease was given back: nudge whoever runs the agent's next turn."""
-    nudge = policy.next_nudge(what.next_turn)
+    nudge = policy.nudge_after_release(what)
     address = agent_address(agent.agent_type, agent.agent_name)
     if nudge is Nudge.DRAIN:
         services.dispatch.enqueue_drain(agent.id, address)

@@ -19,6 +19,7 @@ it turns false — ``safety_s`` before ``valid_until``, so that an attempt that 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,9 +31,11 @@ from think_jobs.db import agents as agent_ops
 from think_jobs.db import final_write
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.engine import Connection, Database
-from think_jobs.domain.records import Ended, HeadBrief, TurnRecord
-from think_jobs.errors import ThinkJobsError
+from think_jobs.domain.records import Ended, HeadBrief, Released, TurnRecord
+from think_jobs.errors import StorageUnavailableError, ThinkJobsError
 from think_jobs.observe import metrics
+
+log = logging.getLogger(__name__)
 
 
 class LeaseLost(ThinkJobsError):
@@ -128,14 +131,14 @@ class Lease:
         with self.write("heartbeat") as conn:
             return turn_ops.get_turn_by_id(conn, turn_id)
 
-    def release(self, *, ended_seq: int | None) -> HeadBrief | None:
+    def release(self, *, ended_seq: int | None) -> Released:
         """Give the lease back and return the agent's new head (``head_after``); raises
         ``LeaseLost`` when it was not ours any more. On PostgreSQL the release is one statement
         in autocommit (its count of admissions comes from the row it locked, not from a
         snapshot), followed by the head's read only when a turn may wait (``next_head``)."""
         if not self.db.one_statement_writes:
             with self.releasing("release") as conn:
-                return self.head_after(conn, ended_seq)
+                return Released(self.head_after(conn, ended_seq))
         with self.db.statement() as conn:
             self._give_back(conn, "release")
         self.released = True
@@ -150,13 +153,23 @@ class Lease:
             return None
         return turn_ops.head_brief(conn, self.agent_id)
 
-    def next_head(self, ended_seq: int | None) -> HeadBrief | None:
+    def next_head(self, ended_seq: int | None) -> Released:
         """``head_after`` for a release that was a statement of its own: the head is read in
-        another one, only when a turn may wait."""
+        another one, only when a turn may wait. The lease is already given back, so a database
+        that went away meanwhile does not fail the turn (its ending is stored; its stream's end,
+        hooks and follow-ups are still to come): the head is then ``head_unread``."""
         if self._nothing_waits(ended_seq):
-            return None
-        with self.db.statement() as conn:
-            return turn_ops.head_brief(conn, self.agent_id)
+            return Released(None)
+        try:
+            with self.db.statement() as conn:
+                return Released(turn_ops.head_brief(conn, self.agent_id))
+        except StorageUnavailableError as error:
+            log.warning(
+                "gave back the lease of agent row %d but could not read its next turn (%s): "
+                "nudging a drain to look",
+                self.agent_id, error,
+            )  # fmt: skip
+            return Released(None, head_unread=True)
 
     def _nothing_waits(self, ended_seq: int | None) -> bool:
         return ended_seq is not None and self.admitted_at_release <= ended_seq
