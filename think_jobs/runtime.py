@@ -178,8 +178,15 @@ class ThinkJobs:
         self.__dict__.pop("services", None)
 
     def close(self) -> None:
+        """Close every connection this object opened: the database pool, the Redis clients
+        and the Celery app's result-backend connections (``worker.app.close_connections``).
+        A call made after it still works: it connects again."""
         self.db.close()
         self.clients.close()
+        if self._celery is not None:
+            from think_jobs.worker.app import close_connections  # the same lazy edge
+
+            close_connections(self._celery)
 
     # -- agent rows (the engine's AgentDirectory) ----------------------------------------------
 

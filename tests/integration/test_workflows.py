@@ -7,6 +7,7 @@ worker run on both."""
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import uuid
@@ -34,7 +35,12 @@ from tests.support.ordering import (
     overlaps_within_agents,
     turns_by_agent,
 )
-from tests.support.processes import WorkerProcess, private_postgres, worker_processes
+from tests.support.processes import (
+    WorkerProcess,
+    connections_to,
+    private_postgres,
+    worker_processes,
+)
 from think_jobs import ConfigurationError, InvalidInputError, Think, ThinkJobs, TurnFailedError
 from think_jobs.db.tables import turns
 from think_jobs.engine.workflows import parse_step, render, step_messages
@@ -263,6 +269,25 @@ def test_aborted_turn_fails_its_step_and_stops_the_chain(
     [recorded] = read_list(jobs, failures_key(jobs))
     assert (recorded["type"], recorded["message"]) == ("TurnFailedError", str(failure.value))
     assert read_list(jobs, posted_key(jobs)) == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_closing_think_jobs_closes_the_connections_a_result_wait_opened(
+    jobs: ThinkJobs, settings_env: dict[str, str]
+) -> None:
+    """``AsyncResult.get()`` subscribes through the app's result backend; ``close()`` closes
+    it (left open, it went with the garbage collector, sometimes as "unclosed socket")."""
+    redis_port = int(settings_env["THINK_JOBS_REDIS_URL"].rsplit(":", 1)[1].split("/")[0])
+    # The broker's connection pool is kombu's, one per process and broker: opened first.
+    jobs.celery.send_task("tests.fetch", args=["warm-up"], queue=jobs.settings.queue)
+    gc.collect()
+    before = connections_to(redis_port)
+    with workers(settings_env):
+        fetched = step(jobs, "tests.fetch", "sales").apply_async().get(timeout=TIMEOUT_S)
+    assert fetched == {"source": "sales", "values": [3, 1, 2]}
+    assert connections_to(redis_port) > before
+    jobs.close()
+    assert connections_to(redis_port) <= before
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)

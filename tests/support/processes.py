@@ -123,6 +123,27 @@ def worker_processes(
             process.stop()
 
 
+def connections_to(port: int) -> int:
+    """How many TCP connections this process has open to ``port`` (read from /proc: the
+    sockets among its file descriptors whose remote end is that port)."""
+    mine = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:["):
+                mine.add(target[len("socket:[") : -1])
+    found = 0
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with open(table) as rows:
+            for row in rows.read().splitlines()[1:]:
+                fields = row.split()
+                remote, state, inode = fields[2], fields[3], fields[9]
+                established = state == "01"
+                if established and int(remote.rsplit(":", 1)[1], 16) == port and inode in mine:
+                    found += 1
+    return found
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -55,6 +55,25 @@ def create_celery_app(jobs: ThinkJobs) -> Celery:
     return app
 
 
+def close_connections(app: Celery) -> None:
+    """Close the result backend's connections ``app`` opened in this process: its client's
+    pool and the pub/sub ``AsyncResult.get()`` subscribes with (the calling thread's backend:
+    Celery keeps one per thread). Anything that waits for a result again reconnects. Left
+    open, they lived until the app was garbage collected (``ThinkJobs`` and app in one cycle),
+    and whichever finalizer ran first closed the socket, sometimes the socket's own ("unclosed
+    socket"). The broker's connection and producer pools are kombu's, shared by every app of
+    the process with the same broker URL: they are not this app's to close."""
+    backend = getattr(getattr(app, "_local", None), "backend", None)
+    if backend is None:
+        return
+    consumer = getattr(backend, "result_consumer", None)
+    if consumer is not None and hasattr(consumer, "stop"):
+        consumer.stop()
+    client = backend.__dict__.get("client")  # a cached property: made on first use
+    if client is not None:
+        client.connection_pool.disconnect()
+
+
 def _connect_lifecycle(app: Celery, jobs: ThinkJobs) -> None:
     """Prefork children drop inherited connections; a ``celery worker`` sizes the stream pool
     from its concurrency and runs the sweeper and its presence heartbeat; logging follows
