@@ -70,6 +70,7 @@ class ThinkJobs:
             self.keys,
             queue=self.settings.queue,
             direct=_broker_is_the_redis(self.settings),
+            built=lambda: self._celery,
         )
         self._classes: dict[str, type[Think]] = {}
         self._agent_ids: dict[tuple[str, str], int] = {}

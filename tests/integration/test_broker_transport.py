@@ -10,7 +10,10 @@ from typing import Any
 
 import pytest
 
+from tests.apps.agents import Support
+from tests.support.builders import user, wait_for_status
 from think_jobs import ThinkJobs
+from think_jobs.testing import worker
 from think_jobs.transport import celery_redis
 from think_jobs.transport.dispatch import DRAIN_TASK
 
@@ -65,3 +68,26 @@ def test_a_drain_sent_directly_is_the_message_celery_sends(jobs: ThinkJobs) -> N
     assert _without_ids(swept) == _without_ids(swept_by_celery)
     headers = json.loads(ours)["headers"]
     assert headers["root_id"] == headers["id"] == json.loads(ours)["properties"]["correlation_id"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_drains_follow_a_global_keyprefix_set_on_the_celery_app(jobs: ThinkJobs) -> None:
+    """kombu's ``global_keyprefix`` moves every queue to another key; a drain LPUSHed to the
+    bare queue name would never be consumed (nor the sweeper's), so once the app has one,
+    drains go through Celery's send."""
+    prefix = f"{jobs.settings.key_prefix}-kombu:"
+    jobs.celery.conf.broker_transport_options = {
+        **jobs.celery.conf.broker_transport_options,
+        "global_keyprefix": prefix,
+    }
+    agent = jobs.get_agent(Support, "prefixed")
+    try:
+        submission = agent.submit_messages([user("Hi")])
+        assert jobs.redis.llen(jobs.settings.queue) == 0  # not under the bare queue name
+        assert jobs.redis.llen(prefix + jobs.settings.queue) == 1
+        with worker(jobs):
+            wait_for_status(agent, submission.submission_id, "completed")
+    finally:
+        keys = list(jobs.redis.scan_iter(f"{prefix}*"))
+        if keys:
+            jobs.redis.delete(*keys)

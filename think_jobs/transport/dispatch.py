@@ -5,7 +5,9 @@ Drains and wake-ups are hints. Losing one delays a turn until the sweeper (worke
 caller's poll notices; sending one twice is harmless because the database decides who runs
 what. The Celery app is handed in lazily (the worker edge builds it). When the broker is the
 Redis of ``clients`` (``direct``), a drain is one LPUSH of a message built here
-(``celery_messages.task_message``); any other broker gets it through Celery's ``send_task``.
+(``celery_messages.task_message``); any other broker gets it through Celery's ``send_task``,
+and so does every drain once the Celery app (``built``: None until something builds it) has
+a kombu ``global_keyprefix``, which moves the queue to another key.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ class Dispatcher:
         *,
         queue: str,
         direct: bool = False,
+        built: Callable[[], Celery | None] = lambda: None,
     ) -> None:
         self._celery = celery
+        self._built = built
         self._clients = clients
         self._keys = keys
         self._queue = queue
@@ -64,7 +68,7 @@ class Dispatcher:
         return True
 
     def _send_drain(self, agent_id: int, kwargs: dict[str, Any]) -> None:
-        if not self._direct:
+        if not self._direct or self._prefixed_by_kombu():
             self._celery().send_task(
                 DRAIN_TASK,
                 args=[agent_id],
@@ -83,6 +87,16 @@ class Dispatcher:
                 self._clients.redis.lpush(self._queue, message)
             except redis.ConnectionError:  # a pooled connection Redis closed (a restart)
                 self._clients.redis.lpush(self._queue, message)  # once more, on a new one
+
+    def _prefixed_by_kombu(self) -> bool:
+        """Whether the Celery app, if built, puts its queues under a ``global_keyprefix``
+        (set on its conf at any time): a drain LPUSHed to the bare queue name would never be
+        consumed, by any worker, and neither would the sweeper's."""
+        app = self._built()
+        if app is None:
+            return False
+        options = app.conf.broker_transport_options or {}
+        return bool(options.get("global_keyprefix"))
 
     def send_message(self, message: dict[str, Any]) -> None:
         """Send a stored Celery task message (a signature as a dict); raises if it fails."""
