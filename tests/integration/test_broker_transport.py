@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from tests.support.builders import user, wait_for_status
 from think_jobs import ThinkJobs
 from think_jobs.testing import worker
 from think_jobs.transport import celery_redis
-from think_jobs.transport.dispatch import DRAIN_TASK
+from think_jobs.transport.dispatch import DRAIN_TASK, SWEEP_TASK
 
 
 def test_only_plain_redis_urls_get_the_transport() -> None:
@@ -91,3 +92,24 @@ def test_drains_follow_a_global_keyprefix_set_on_the_celery_app(jobs: ThinkJobs)
         keys = list(jobs.redis.scan_iter(f"{prefix}*"))
         if keys:
             jobs.redis.delete(*keys)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_the_drain_task_has_one_result_backend_for_every_thread(jobs: ThinkJobs) -> None:
+    """Celery keeps a result backend per thread and its tracer asks every task for one, so
+    each new thread of a threads pool built a backend on its first drain (~1 ms of CPU each,
+    a drain's results are never stored): the drain and the sweep share one."""
+    seen: list[Any] = []
+
+    def look() -> None:
+        seen.append((jobs.celery.tasks[DRAIN_TASK].backend, jobs.celery.backend))
+
+    threads = [threading.Thread(target=look) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    drain_backends = {id(drain) for drain, _ in seen}
+    per_thread = {id(app) for _, app in seen}
+    assert len(drain_backends) == 1 and len(per_thread) == 3
+    assert jobs.celery.tasks[SWEEP_TASK].backend is seen[0][0]
