@@ -16,9 +16,12 @@ import psycopg
 import pytest
 import redis
 
+from tests.support import socket_origins
 from think_jobs import ThinkJobs
 from think_jobs.db.engine import Database
 from think_jobs.db.migrate import upgrade
+
+socket_origins.install()  # an unclosed socket is reported with where it was made
 
 PG_ADMIN = os.environ.get("TJ_TEST_PG_URL", "postgresql://postgres:postgres@127.0.0.1:5432/test")
 REDIS_BASE = os.environ.get("TJ_TEST_REDIS", "redis://127.0.0.1:6379")
