@@ -44,6 +44,7 @@ class Wakeups:
         try:
             self._pubsub.get_message(timeout=timeout_s)
         except redis.RedisError:
+            self.close()  # its connection is closed now, not when it is collected
             self._pubsub = None
             time.sleep(timeout_s)
 
