@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import threading
 from typing import Any
 
 import pytest
+import redis
 
 from tests.apps.agents import Support
 from tests.support.builders import user, wait_for_status
@@ -113,3 +115,27 @@ def test_the_drain_task_has_one_result_backend_for_every_thread(jobs: ThinkJobs)
     per_thread = {id(app) for _, app in seen}
     assert len(drain_backends) == 1 and len(per_thread) == 3
     assert jobs.celery.tasks[SWEEP_TASK].backend is seen[0][0]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_late_ack_on_a_lost_connection_is_a_broker_error_not_a_crash(jobs: ThinkJobs) -> None:
+    """A task acked (acks_late) on the channel of a connection lost meanwhile, while the
+    consumer restarts: kombu's channel raised AttributeError ("'NoneType' object has no
+    attribute 'hostname'"), which Celery took as an unrecoverable error and stopped the worker
+    (seen in bench.reliability's Redis restarts); it is a broker error Celery logs."""
+    queue = jobs.settings.queue
+    jobs.dispatch.enqueue_drain(7)
+    connection = jobs.celery.connection_for_read()
+    channel = connection.default_channel
+    message = channel.basic_get(queue, no_ack=False)
+    assert message is not None
+    transport = channel.connection
+    transport.client = None  # what the consumer's restart leaves on the old channel
+    try:
+        with pytest.raises(redis.ConnectionError):
+            channel._create_client()
+        errors = tuple(connection.connection_errors) + tuple(connection.channel_errors)
+        message.ack_log_error(logging.getLogger("test"), errors)  # logged, not raised
+    finally:
+        transport.client = connection
+        connection.close()

@@ -7,6 +7,10 @@ state of its own beyond its connection pool and is safe to share between threads
 here keeps the one it built and builds another only when its pool was replaced (kombu drops
 its pools after a fork). Consuming (``asynchronous=True``) is kombu's own code, unchanged.
 
+A channel whose connection was lost raises ``redis.ConnectionError`` when asked for a client
+(a late ack during the consumer's restart), where kombu's own raises an AttributeError that
+Celery treats as fatal.
+
 Used for ``redis://`` brokers only (``transport_for``); ``rediss://``, Sentinel and other
 brokers keep kombu's transport as their URL names it.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+import redis
 from kombu.transport import redis as kombu_redis
 
 from think_jobs.transport.celery_messages import is_plain_redis
@@ -28,6 +33,13 @@ class Channel(kombu_redis.Channel):
     def _create_client(self, asynchronous: bool = False) -> Any:
         if asynchronous:
             return super()._create_client(asynchronous=True)  # type: ignore[no-untyped-call]
+        transport = self.connection
+        if transport is None or transport.client is None:
+            # kombu would fail here with AttributeError ("'NoneType' object has no attribute
+            # 'hostname'"): a task acked (acks_late) on the channel of a connection lost
+            # meanwhile, as the consumer restarts. Celery logs a broker error there and goes
+            # on; the AttributeError instead stopped the worker ("Unrecoverable error", exit 0).
+            raise redis.ConnectionError("the broker channel is closed: its connection was lost")
         client = self._publishing
         if client is None or client.connection_pool is not self.pool:
             client = self._publishing = super()._create_client()  # type: ignore[no-untyped-call]
