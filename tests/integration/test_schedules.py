@@ -28,7 +28,7 @@ from tests.apps.scheduled_agents import (
 )
 from tests.support.builders import texts, user, wait_for_status
 from tests.support.processes import free_port
-from think_jobs import ScheduleError, ThinkJobs
+from think_jobs import ScheduleError, Think, ThinkJobs
 from think_jobs.context import utcnow
 from think_jobs.db import schedules as schedule_ops
 from think_jobs.db.tables import turns
@@ -350,12 +350,22 @@ def test_a_fire_for_a_task_removed_from_the_code_does_nothing(
     assert agent.list_submissions() == []
 
 
+def due_alone(agent: Think, task_id: str) -> datetime:
+    """``make_due`` for ``task_id``, with the agent's other tasks moved a day ahead: "every 1
+    minute" would otherwise come due too whenever the test crosses a minute boundary."""
+    later = utcnow() + timedelta(days=1)
+    for other in stored(agent):
+        if other != task_id:
+            make_due(agent, other, at=later)
+    return make_due(agent, task_id)
+
+
 def test_a_failing_handler_is_retried_up_to_max_attempts_and_the_next_run_stays_armed(
     sjobs: ThinkJobs,
 ) -> None:
     agent = sjobs.get_agent(Janitor, "j")
     agent.start()
-    due = make_due(agent, "flaky")
+    due = due_alone(agent, "flaky")
     with captured("think_jobs.engine.schedules") as records, worker(sjobs):
         fired_after = utcnow()
         assert fire_due(sjobs) == 1
@@ -376,7 +386,7 @@ def test_a_failing_handler_is_retried_up_to_max_attempts_and_the_next_run_stays_
 def test_a_handler_that_recovers_runs_until_it_succeeds(sjobs: ThinkJobs) -> None:
     agent = sjobs.get_agent(Janitor, "j")
     agent.start()
-    make_due(agent, "recovers")
+    due_alone(agent, "recovers")
     with captured("think_jobs.engine.schedules") as records, worker(sjobs):
         assert fire_due(sjobs) == 1
         wait_until(lambda: any(r.getMessage().endswith(": handled") for r in records))
