@@ -16,6 +16,7 @@ import redis
 from tests.apps.agents import Support
 from tests.support.builders import user, wait_for_status
 from think_jobs import ThinkJobs
+from think_jobs.engine.schedules import FIRE_TASK
 from think_jobs.testing import worker
 from think_jobs.transport import celery_redis
 from think_jobs.transport.dispatch import DRAIN_TASK, SWEEP_TASK
@@ -100,7 +101,7 @@ def test_drains_follow_a_global_keyprefix_set_on_the_celery_app(jobs: ThinkJobs)
 def test_the_drain_task_has_one_result_backend_for_every_thread(jobs: ThinkJobs) -> None:
     """Celery keeps a result backend per thread and its tracer asks every task for one, so
     each new thread of a threads pool built a backend on its first drain (~1 ms of CPU each,
-    a drain's results are never stored): the drain and the sweep share one."""
+    a drain's results are never stored): the resultless tasks (drain, sweep, fire) share one."""
     seen: list[Any] = []
 
     def look() -> None:
@@ -115,6 +116,7 @@ def test_the_drain_task_has_one_result_backend_for_every_thread(jobs: ThinkJobs)
     per_thread = {id(app) for _, app in seen}
     assert len(drain_backends) == 1 and len(per_thread) == 3
     assert jobs.celery.tasks[SWEEP_TASK].backend is seen[0][0]
+    assert jobs.celery.tasks[FIRE_TASK].backend is seen[0][0]
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)

@@ -90,7 +90,12 @@ def _schedules(app: Celery, jobs: ThinkJobs) -> None:
     app.conf.beat_scheduler = BEAT_SCHEDULER
 
     @app.task(  # type: ignore[untyped-decorator]
-        name=FIRE_TASK, bind=True, ignore_result=True, shared=False, max_retries=None
+        name=FIRE_TASK,
+        base=ResultlessTask,
+        bind=True,
+        ignore_result=True,
+        shared=False,
+        max_retries=None,
     )
     def fire_schedule(self: Any, agent_id: int, task_id: str, scheduled_for: str) -> str:
         attempt = int(self.request.retries) + 1
