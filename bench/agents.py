@@ -81,13 +81,16 @@ def write_result(jobs: ThinkJobs, request_id: str) -> None:
         conn.execute(_RESULTS.insert().values(**row))
 
 
-def mark_finished(jobs: ThinkJobs) -> None:
-    """Count one finished unit of work and remember when the first and the last finished."""
+def mark_finished(jobs: ThinkJobs, *, started: float | None = None) -> None:
+    """Count one finished unit of work and remember when the first and the last finished
+    (and, given ``started``, when this one started: in the same round trip)."""
     now = repr(time.time())
     pipe = jobs.redis.pipeline(transaction=False)
     pipe.set(counter_key(jobs, "first"), now, nx=True)
     pipe.incr(counter_key(jobs, "done"))
     pipe.set(counter_key(jobs, "last"), now)
+    if started is not None:
+        pipe.rpush(counter_key(jobs, "starts"), repr(started))
     pipe.execute()
 
 
@@ -203,11 +206,12 @@ def register_capacity_task(app: Celery, jobs: ThinkJobs) -> None:
 
     @app.task(name=TOKENS_TASK, ignore_result=True, shared=False)  # type: ignore[untyped-decorator]
     def tokens(channel: str) -> None:
+        started = time.time()
         client = jobs.clients.stream
         for seq in range(SLOW_TOKENS):
             time.sleep(SLOW_TOKEN_DELAY_S)
             client.publish(channel, f'{{"seq":{seq},"delta":"tok "}}')
-        mark_finished(jobs)
+        mark_finished(jobs, started=started)
 
 
 def mark_ready(jobs: ThinkJobs) -> None:

@@ -7,7 +7,9 @@ turns waiting for it: each streams 50 tokens at 20 tokens/s (``bench.agents.Slow
 is the turns, not the accepts. The bare reference is a fresh worker of the same pool and
 concurrency starting with N tasks that PUBLISH the same 50 tokens, as fast, on the client and
 pool a turn's stream uses. Measured: wall time from the worker being ready to the last
-turn's end, ÷ 2.5 s; worker CPU per token; RSS per in-flight turn (peak RSS over the run minus
+turn's end, ÷ 2.5 s; when the last turn started (its claim; a bare task's first line),
+which tells the time spent starting N turns from the time they ran; worker CPU per token and
+per turn; RSS per in-flight turn (peak RSS over the run minus
 RSS at ready, ÷ N); PostgreSQL connections of the worker, open and inside a transaction
 (pg_stat_activity, sampled every 50 ms: a turn waiting on its model holds none); and every
 turn's stream, read back with ``agent.stream()`` and compared with its stored reply (one
@@ -60,13 +62,24 @@ class Samples:
 
 @dataclass(frozen=True)
 class Phase:
-    """One worker run: N turns (or bare tasks) from the worker's start to the last end."""
+    """One worker run: N turns (or bare tasks) from the worker's start to the last end;
+    ``starts_s``: when each began (the turn's claim; the task's first line), seconds after
+    the worker was ready."""
 
     n: int
     wall_s: float
     cpu_s: float
     rss_at_ready_kib: int
     samples: Samples
+    starts_s: list[float] = field(default_factory=list)
+
+    @property
+    def last_start_s(self) -> float:
+        return max(self.starts_s, default=0.0)
+
+    @property
+    def cpu_ms_per_turn(self) -> float:
+        return self.cpu_s * 1e3 / self.n
 
     @property
     def cpu_us_per_token(self) -> float:
@@ -119,7 +132,8 @@ def sampling(pid: int, database: str) -> Iterator[Samples]:
 
 
 def _reset_counters(run: Scratch) -> None:
-    run.jobs.redis.delete(*(counter_key(run.jobs, name) for name in ("first", "done", "last")))
+    names = ("first", "done", "last", "starts")
+    run.jobs.redis.delete(*(counter_key(run.jobs, name) for name in names))
     run.jobs.redis.delete(ready_key(run.jobs))
 
 
@@ -140,8 +154,11 @@ def _started_worker(run: Scratch, pool: str, n: int) -> tuple[WorkerProcess, flo
     return worker, time.time()
 
 
-def run_phase(run: Scratch, pool: str, n: int, enqueue: Callable[[], None]) -> Phase:
-    """Enqueue N units of work, start a worker, wait until all N finished, stop it."""
+def run_phase(
+    run: Scratch, pool: str, n: int, enqueue: Callable[[], None], starts: Callable[[], list[float]]
+) -> Phase:
+    """Enqueue N units of work, start a worker, wait until all N finished, stop it; ``starts``
+    gives when each unit started (epoch seconds), read once all have finished."""
     _reset_counters(run)
     enqueue()
     worker, ready_at = _started_worker(run, pool, n)
@@ -161,7 +178,8 @@ def run_phase(run: Scratch, pool: str, n: int, enqueue: Callable[[], None]) -> P
     failures = [line for line in worker.output if "ERROR" in line or "Too many" in line]
     if failures:
         print("".join(failures[:10]), flush=True)
-    return Phase(n, last - ready_at, cpu, rss_before, samples)
+    began = [at - ready_at for at in starts()]
+    return Phase(n, last - ready_at, cpu, rss_before, samples, began)
 
 
 # -- think-jobs turns and their streams ---------------------------------------------------------
@@ -234,7 +252,11 @@ def think_jobs_phase(run: Scratch, pool: str, n: int) -> tuple[Phase, Streams]:
                 events = turn.agent.stream(turn.request_id, timeout_s=120)  # subscribed now
                 live.append((turn, readers.submit(list, events)))
 
-        phase = run_phase(run, pool, n, enqueue)
+        def starts() -> list[float]:
+            inspected = [turn.agent.inspect_submission(turn.request_id) for turn in turns]
+            return [i.started_at.timestamp() for i in inspected if i and i.started_at]
+
+        phase = run_phase(run, pool, n, enqueue, starts)
         return phase, check_streams(turns, live)
 
 
@@ -246,7 +268,10 @@ def bare_phase(run: Scratch, pool: str, n: int) -> Phase:
         for _ in range(n):
             task.apply_async(args=[channel])
 
-    return run_phase(run, pool, n, enqueue)
+    def starts() -> list[float]:
+        return [float(at) for at in run.jobs.redis.lrange(counter_key(run.jobs, "starts"), 0, -1)]
+
+    return run_phase(run, pool, n, enqueue, starts)
 
 
 # -- figures -------------------------------------------------------------------------------------
@@ -262,12 +287,16 @@ def figures_of(
     live_name = f"chunks dropped ({live_readers} live readers)"
     busy = turns.samples.pg_busy or [0]
     cpu = (turns.cpu_us_per_token, bare.cpu_us_per_token)
+    cpu_turn = (turns.cpu_ms_per_turn, bare.cpu_ms_per_turn)
+    last_start = (turns.last_start_s, bare.last_start_s)
     rss = (turns.rss_kib_per_turn, bare.rss_kib_per_turn)
     none = Target("<=", 0, absolute=True)
     return [
         Figure("capacity", case, "wall time ÷ ideal", turns.wall_s / IDEAL_S, 1.0, ideal, goal),
         Figure("capacity", case, "wall time (s)", turns.wall_s, bare.wall_s, bare_name),
+        Figure("capacity", case, "last start after ready (s)", *last_start, bare_name),
         Figure("capacity", case, "worker CPU per token (µs)", *cpu, bare_name),
+        Figure("capacity", case, "worker CPU per turn (ms)", *cpu_turn, bare_name),
         Figure("capacity", case, "RSS per in-flight turn (KiB)", *rss, bare_name),
         Figure("capacity", case, "worker PG connections open, peak", max(turns.samples.pg_open)),
         Figure("capacity", case, "... in a transaction, median", statistics.median(busy)),
@@ -277,6 +306,9 @@ def figures_of(
         Figure("capacity", case, live_name, streams.live_dropped, target=none),
         Figure("capacity", case, "bare wall time ÷ ideal", bare.wall_s / IDEAL_S),
     ]
+
+
+_FIGURES_PER_CASE = 13
 
 
 def run_case(run: Scratch, pool: str, n: int) -> list[Figure]:
@@ -297,7 +329,7 @@ def main(argv: list[str] | None = None) -> list[Figure]:
         for pool in pools:
             for n in counts:
                 figures += run_case(run, pool, n)
-                print(report.table(figures[-11:]), flush=True)
+                print(report.table(figures[-_FIGURES_PER_CASE:]), flush=True)
     print()
     report.publish(figures, args)
     return figures
