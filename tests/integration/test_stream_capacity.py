@@ -165,3 +165,31 @@ def test_a_turn_client_given_back_serves_the_next_turn_with_its_connection(
     assert fresh is not first and fresh is not other  # ...whose idle clients were closed
     assert first.connection is None and fresh.connection_pool.max_connections == 508
     clients.release(fresh)
+
+
+def test_new_connections_carry_the_identity_built_once_per_process(
+    make_jobs: Any, monkeypatch: Any
+) -> None:
+    """redis-py 8 reads its version from the package metadata for each connection it makes
+    unless told (~1 ms of CPU each): ours are told, and still say which redis-py they are."""
+    import importlib.metadata
+
+    import redis
+
+    def no_lookup(name: str) -> str:
+        raise AssertionError(f"package metadata read for {name!r} while connecting")
+
+    clients = make_jobs().clients
+    monkeypatch.setattr(importlib.metadata, "version", no_lookup)
+    turn = clients.turn_stream()
+    assert turn.ping() and clients.redis.ping() and clients.stream.ping()
+    pool = clients.redis.connection_pool
+    general = pool.get_connection()
+    try:
+        for connection in (turn.connection, general):
+            assert connection is not None
+            assert connection.driver_info.name == "redis-py"
+            assert connection.driver_info.lib_version == redis.__version__
+    finally:
+        pool.release(general)
+        clients.release(turn)
