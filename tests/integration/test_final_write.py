@@ -170,8 +170,9 @@ def test_a_database_gone_right_after_the_release_neither_fails_the_turn_nor_stra
             def ended() -> bool:
                 return any(b'"done":true' in raw for raw in observer.redis.lrange(key, 0, -1))
 
-            wait_until(ended)
-            assert fired and wait_for_status(agent, first.submission_id, "completed")
+            wait_until(ended)  # with a hook, the release comes after the stream's end
+            wait_until(lambda: fired)
+            assert wait_for_status(agent, first.submission_id, "completed")
             proxy.heal()
             wait_for_status(agent, second.submission_id, "completed")
     assert texts(agent) == [
