@@ -118,9 +118,19 @@ def worker_processes(
         for process in workers:
             process.wait_ready()
         yield workers
+    except BaseException:
+        _report(workers)  # what each worker said, in the failing test's report
+        raise
     finally:
         for process in workers:
             process.stop()
+
+
+def _report(workers: list[WorkerProcess], lines: int = 60) -> None:
+    for process in workers:
+        pid = process.process.pid
+        tail = "".join(process.output[-lines:])
+        sys.stderr.write(f"--- worker {pid} (exit {process.process.poll()}), last lines:\n{tail}")
 
 
 def connections_to(port: int) -> int:
