@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from tests.support.builders import PATIENCE_S  # a loaded CI box starts a worker slowly too
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -49,7 +51,7 @@ class ManagedProcess:
     def lines(self, needle: str) -> list[str]:
         return [line for line in list(self.output) if needle in line]
 
-    def wait_ready(self, timeout_s: float = 30.0) -> None:
+    def wait_ready(self, timeout_s: float = PATIENCE_S) -> None:
         if not self.ready.wait(timeout_s):
             self.kill()
             raise RuntimeError("process did not start:\n" + "".join(self.output[-40:]))

@@ -95,3 +95,19 @@ def test_every_spec_method_of_an_agent_is_there_and_callable() -> None:
 def test_the_runtime_keeps_its_spec_members() -> None:
     found = dict(inspect.getmembers(ThinkJobs))
     assert [name for name in THINK_JOBS_MEMBERS if name not in found] == []
+
+
+def test_starting_a_process_does_not_import_alembic_until_it_migrates() -> None:
+    """Workers, web processes and CLI commands import the package at start; Alembic (with Mako
+    and Pygments) only comes with a migration (``think_jobs.db.migrate``)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, think_jobs, think_jobs.cli.main, think_jobs.worker.app\n"
+        "loaded = sorted(m for m in ('alembic', 'mako', 'pygments') if m in sys.modules)\n"
+        "assert not loaded, loaded\n"
+        "from think_jobs.db import migrate\n"
+        "migrate.alembic_config\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=120)
