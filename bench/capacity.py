@@ -308,9 +308,6 @@ def figures_of(
     ]
 
 
-_FIGURES_PER_CASE = 13
-
-
 def run_case(run: Scratch, pool: str, n: int) -> list[Figure]:
     turns, streams = think_jobs_phase(run, pool, n)
     bare = bare_phase(run, pool, n)
@@ -328,8 +325,9 @@ def main(argv: list[str] | None = None) -> list[Figure]:
     with scratch("postgres") as run:
         for pool in pools:
             for n in counts:
-                figures += run_case(run, pool, n)
-                print(report.table(figures[-_FIGURES_PER_CASE:]), flush=True)
+                case_figures = run_case(run, pool, n)
+                figures += case_figures
+                print(report.table(case_figures), flush=True)
     print()
     report.publish(figures, args)
     return figures
