@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
@@ -209,3 +210,14 @@ class Staller(Think):
 
 
 jobs.register(Staller)
+
+
+class HeapProbe(Think):
+    """Replies with how many objects its process keeps out of the garbage collector's scans
+    (``gc.get_freeze_count()``): what ``worker_gc_freeze`` did there."""
+
+    def get_model(self) -> ScriptedModel:
+        return ScriptedModel(lambda request: Reply(text=str(gc.get_freeze_count())))
+
+
+jobs.register(HeapProbe)
