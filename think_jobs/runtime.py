@@ -23,6 +23,7 @@ from think_jobs.db import dashboard as dashboard_ops
 from think_jobs.db import migrate as migrations
 from think_jobs.db.engine import Database
 from think_jobs.domain import policy
+from think_jobs.domain.agent_rows import AgentRows
 from think_jobs.domain.status import Status
 from think_jobs.engine import schedules
 from think_jobs.engine.ports import Services
@@ -73,8 +74,7 @@ class ThinkJobs:
             built=lambda: self._celery,
         )
         self._classes: dict[str, type[Think]] = {}
-        self._agent_ids: dict[tuple[str, str], int] = {}
-        self._identities: dict[int, tuple[str, str]] = {}
+        self._agent_rows = AgentRows()  # bounded: one agent per user makes millions
         self._celery: Celery | None = None
         self._lock = threading.Lock()
 
@@ -195,7 +195,7 @@ class ThinkJobs:
         """The agent's row id; with ``create`` the row is made (and its schedules armed) on
         first use."""
         key = (agent.agent_type, agent.name)
-        found = self._agent_ids.get(key)
+        found = self._agent_rows.id_of(key)
         if found is not None:
             return found
         if create:
@@ -206,18 +206,17 @@ class ThinkJobs:
             with self.db.read() as conn:
                 found = agent_ops.find_agent_id(conn, *key)
         if found is not None:
-            self._agent_ids[key] = found
-            self._identities[found] = key
+            self._agent_rows.remember(found, key)
         return found
 
     def identity_of(self, agent_id: int) -> tuple[str, str] | None:
         """``(agent_type, agent_name)`` of a row id."""
-        found = self._identities.get(agent_id)
+        found = self._agent_rows.key_of(agent_id)
         if found is None:
             with self.db.read() as conn:
                 found = agent_ops.agent_identity(conn, agent_id)
             if found is not None:
-                self._identities[agent_id] = found
+                self._agent_rows.remember(agent_id, found)
         return found
 
     # -- reads for operators and the web -------------------------------------------------------

@@ -461,3 +461,22 @@ def test_on_submission_status_sees_every_transition_including_pending(jobs: Thin
         "completed",
     ]
     assert [status for sid, status in Watched.seen if sid == "s2"] == ["pending", "aborted"]
+
+
+def test_agents_a_process_has_forgotten_are_found_again(jobs: ThinkJobs) -> None:
+    """A process keeps only its most recently used agent rows in memory
+    (``domain.agent_rows``): past that bound, producers and workers read the row again, and
+    every turn still runs for the agent it was submitted to."""
+    from think_jobs.domain.agent_rows import AgentRows
+
+    jobs._agent_rows = AgentRows(capacity=2)  # the default keeps 65,536
+    names = [f"forgetful-{n}" for n in range(5)]
+    results = {name: jobs.get_agent(Support, name).submit_messages([user(name)]) for name in names}
+    again = jobs.get_agent(Support, names[0]).submit_messages([user("again")])
+    with worker(jobs, concurrency=1):
+        for name, result in [*results.items(), (names[0], again)]:
+            wait_for_status(jobs.get_agent(Support, name), result.submission_id, "completed")
+    assert len(jobs._agent_rows) == 2
+    for name in names:
+        asked = [text for role, text in texts(jobs.get_agent(Support, name)) if role == "user"]
+        assert asked == ([name, "again"] if name == names[0] else [name])
