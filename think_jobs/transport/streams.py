@@ -22,6 +22,12 @@ window has passed or by the process's one flusher thread (``transport.flusher``)
 a lone chunk goes out at once. Every send, whichever thread makes it, asks the lease first and
 goes through the same fence, one at a time per writer.
 
+**Under load.** While the process is busy sending chunks (``transport.sender``: two or more
+sends in flight, or the sender has work), a chunk due at once is handed to the process's sender
+thread, which sends the due chunks of every writer handed over in one pipelined round trip,
+each through this writer's own fenced append; a process that is not busy sends it from the
+attempt's own thread, at once.
+
 **The database is the truth.** When a finished turn's buffer is gone or never got its tail,
 a reader rebuilds it from the stored reply (``seal_from_store``, with ``replay``), so a reader
 never waits forever and the text it rebuilds is the stored reply.
@@ -55,6 +61,7 @@ from think_jobs.observe import metrics
 from think_jobs.results import StreamEvent
 from think_jobs.transport.clients import broker_errors
 from think_jobs.transport.flusher import StreamFlusher, process_flusher
+from think_jobs.transport.sender import StreamSender, process_sender
 
 log = logging.getLogger(__name__)
 
@@ -230,6 +237,7 @@ class StreamWriter:
         done_timeout_s: float = 2.0,
         flush_window_s: float = 0.0,
         flusher: StreamFlusher | None = None,
+        sender: StreamSender | None = None,
     ) -> None:
         self.client = client
         self._append_script = client.register_script(_APPEND_LUA)  # EVALSHA, EVAL on a miss
@@ -245,6 +253,8 @@ class StreamWriter:
         self._done_timeout_s = done_timeout_s
         self._window_s = flush_window_s
         self._flusher = flusher  # None: the process's own
+        self._sender = sender  # None: the process's own
+        self._batch: list[str] = []  # the events the sender has in flight (the lock is held)
         self._lock = threading.Lock()  # the attempt's thread and the flusher's
         self._sent_at = -math.inf  # when the last send succeeded (monotonic)
         self._deadline: float | None = None  # held events go out by then (the flusher)
@@ -294,9 +304,65 @@ class StreamWriter:
                 return
             self._due = len(self._pending)
             if time.monotonic() - self._sent_at >= self._window_s:
-                self._flush()
+                self._send_or_hand_over()
             elif self._deadline is None:
                 self._hold_until(self._sent_at + self._window_s)
+
+    @property
+    def lock(self) -> threading.Lock:
+        """Held across each send, whichever thread makes it (``transport.sender``)."""
+        return self._lock
+
+    def _send_or_hand_over(self) -> None:
+        """Send what is due now, or, while the process is busy sending chunks, hand it to the
+        process's sender, which sends every busy writer's chunks in one round trip."""
+        sender = self._sender or process_sender()
+        if self._known is not None and sender.busy():
+            sender.submit(self)
+            return
+        with sender.sending():
+            self._flush()
+
+    def take_batch(self) -> tuple[redis.ConnectionPool, list[Any]] | None:
+        """The sender's call, with the lock held: the append of what is due, as a command for
+        its pipeline (None: nothing to send now — ended, sent meanwhile, backing off after a
+        failure, or ``may_send`` says no, which leaves it to the attempt's own thread)."""
+        if self.lost:
+            self._drop()
+        if self._ended or not self._due or self._known is None:
+            return None
+        failed_at = self._failed_at
+        if failed_at is not None and time.monotonic() - failed_at < _RETRY_S:
+            return None
+        if not self._may_send():
+            return None
+        expected = len(self._known)
+        self._batch = self._encode(expected)
+        self._sending = True
+        ttl_s = 0 if self._expiry_set else self._ttl_s
+        names = self._names
+        keys = [names.buffer, names.state, names.revoked]
+        args = [names.channel, ttl_s, self.epoch, expected, "0", "0", *self._batch]
+        command = ["EVALSHA", self._append_script.sha, len(keys), *keys, *args]
+        return self.client.connection_pool, command
+
+    def settle_batch(self, result: Any) -> None:
+        """The sender's call, with the lock held: what the append ``take_batch`` made
+        returned, or the error it raised."""
+        events, self._batch = self._batch, []
+        self._sending = False
+        if isinstance(result, redis.exceptions.NoScriptError):  # Redis restarted empty
+            self._flush(flusher=True)  # the script object loads it and sends again
+            return
+        if isinstance(result, Exception):
+            error = result if isinstance(result, redis.RedisError) else redis.RedisError(result)
+            self._failed(error)
+            return
+        outcome, revoked, length = result
+        sent = _Sent(Outcome(int(outcome)), bool(revoked), int(length))
+        self.revoked = sent.revoked or self.revoked
+        self._complete(sent, events, seal=False)
+        self._sent_ok()
 
     def flush_held(self) -> float | None:
         """The flusher's call: send what is held once its deadline has passed.
@@ -391,10 +457,13 @@ class StreamWriter:
             return False
         finally:
             self._sending = False
+        self._sent_ok()
+        return not self._due
+
+    def _sent_ok(self) -> None:
         self._failed_at = None
         self._sent_at = time.monotonic()
         self._deadline = None
-        return not self._due
 
     def _failed(self, error: redis.RedisError) -> None:
         """Keep what was not sent; with a flush window, the flusher retries after the back-off."""
@@ -416,8 +485,13 @@ class StreamWriter:
             raise redis.ConnectionError("stream take-over pending")
         assert self._known is not None
         events = self._encode(len(self._known))
-        sent = self._send(events, len(self._known), seal=seal)
+        self._complete(self._send(events, len(self._known), seal=seal), events, seal=seal)
+
+    def _complete(self, sent: _Sent, events: list[str], *, seal: bool) -> None:
+        """After the append of ``events``: write the buffer again if it was lost, then
+        settle."""
         if sent.outcome is Outcome.SHORT:  # the buffer was lost: write it again
+            assert self._known is not None
             self._expiry_set = False
             restored = self._known[sent.length :] + events
             sent = self._send(restored, sent.length, seal=seal)
