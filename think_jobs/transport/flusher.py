@@ -20,10 +20,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import os
 import threading
 import time
 from typing import Protocol
+
+from think_jobs.transport.per_process import PerProcess
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,6 @@ class StreamFlusher:
         self._due: list[tuple[float, int, Holder]] = []  # a heap by deadline
         self._order = itertools.count()  # breaks ties: writers are not comparable
         self._thread: threading.Thread | None = None
-        self.pid = os.getpid()
 
     def schedule(self, writer: Holder, at: float) -> None:
         """Have ``writer.flush_held()`` called at ``at`` (monotonic seconds), or just after."""
@@ -87,27 +87,9 @@ def _flush(writer: Holder) -> float | None:
         return None
 
 
-class _Process:
-    """This process's flusher, made on first use (a forked child makes its own)."""
-
-    flusher: StreamFlusher | None = None
-    lock = threading.Lock()
-
-    @classmethod
-    def forget_inherited(cls) -> None:
-        cls.flusher = None
-        cls.lock = threading.Lock()  # the parent's may have been held by another thread
-
-
-os.register_at_fork(after_in_child=_Process.forget_inherited)
+_THIS_PROCESS: PerProcess[StreamFlusher] = PerProcess(StreamFlusher)
 
 
 def process_flusher() -> StreamFlusher:
     """The flusher of this process."""
-    flusher = _Process.flusher
-    if flusher is not None and flusher.pid == os.getpid():
-        return flusher
-    with _Process.lock:
-        if _Process.flusher is None or _Process.flusher.pid != os.getpid():
-            _Process.flusher = StreamFlusher()
-        return _Process.flusher
+    return _THIS_PROCESS.get()

@@ -21,13 +21,14 @@ own), and is a daemon.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
 import redis
+
+from think_jobs.transport.per_process import PerProcess
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,6 @@ class StreamSender:
         self._count = threading.Lock()
         self.passes = 0  # hand-overs dealt with (each pass takes every writer queued)
         self.batches = 0  # round trips made (one per pool in a pass)
-        self.pid = os.getpid()
 
     # -- the writers' side -----------------------------------------------------------------
 
@@ -142,27 +142,9 @@ class StreamSender:
             writer.settle_batch(result)
 
 
-class _Process:
-    """This process's sender, made on first use (a forked child makes its own)."""
-
-    sender: StreamSender | None = None
-    lock = threading.Lock()
-
-    @classmethod
-    def forget_inherited(cls) -> None:
-        cls.sender = None
-        cls.lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_Process.forget_inherited)
+_THIS_PROCESS: PerProcess[StreamSender] = PerProcess(StreamSender)
 
 
 def process_sender() -> StreamSender:
     """The sender of this process."""
-    sender = _Process.sender
-    if sender is not None and sender.pid == os.getpid():
-        return sender
-    with _Process.lock:
-        if _Process.sender is None or _Process.sender.pid != os.getpid():
-            _Process.sender = StreamSender()
-        return _Process.sender
+    return _THIS_PROCESS.get()
