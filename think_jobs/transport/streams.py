@@ -327,14 +327,7 @@ class StreamWriter:
         """The sender's call, with the lock held: the append of what is due, as a command for
         its pipeline (None: nothing to send now — ended, sent meanwhile, backing off after a
         failure, or ``may_send`` says no, which leaves it to the attempt's own thread)."""
-        if self.lost:
-            self._drop()
-        if self._ended or not self._due or self._known is None:
-            return None
-        failed_at = self._failed_at
-        if failed_at is not None and time.monotonic() - failed_at < _RETRY_S:
-            return None
-        if not self._may_send():
+        if self._ended or self._known is None or not self._may_go(force=False, flusher=True):
             return None
         expected = len(self._known)
         self._batch = self._encode(expected)
@@ -438,17 +431,8 @@ class StreamWriter:
     def _flush(self, *, force: bool = False, seal: bool = False, flusher: bool = False) -> bool:
         """Send what is due (the lock is held); True when nothing due is left. ``force``
         ignores the back-off; ``flusher``: a ``may_send`` that says no leaves it queued."""
-        if self.lost:
-            self._drop()
-        if not self._due:
-            return True
-        failed_at = self._failed_at
-        if not force and failed_at is not None and time.monotonic() - failed_at < _RETRY_S:
-            return False
-        if not self._may_send():
-            if not flusher:
-                self.lost = True
-            return False
+        if not self._may_go(force=force, flusher=flusher):
+            return not self._due
         self._sending = True
         try:
             self._deliver(seal=seal)
@@ -459,6 +443,24 @@ class StreamWriter:
             self._sending = False
         self._sent_ok()
         return not self._due
+
+    def _may_go(self, *, force: bool, flusher: bool) -> bool:
+        """Whether what is due may be sent now, by any thread (the lock is held): something is
+        due, the back-off after a failed send is over (or ``force``), and the lease allows it
+        — when it does not, the writer is lost, unless the caller is the flusher or the sender
+        (``flusher``), which leave the chunks to the attempt's own thread."""
+        if self.lost:
+            self._drop()
+        if not self._due:
+            return False
+        failed_at = self._failed_at
+        if not force and failed_at is not None and time.monotonic() - failed_at < _RETRY_S:
+            return False
+        if not self._may_send():
+            if not flusher:
+                self.lost = True
+            return False
+        return True
 
     def _sent_ok(self) -> None:
         self._failed_at = None
