@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from tests.support.builders import buffer_key, user, wait_until
 from think_jobs import Think, ThinkJobs
@@ -197,6 +197,39 @@ def test_a_stale_attempt_resumed_while_the_new_one_streams_adds_nothing_to_its_s
     assert [r.interruption for r in results] == ["lease_lost"]
     resume(agent.name, owner, attempt=2)
     assert_one_reply_matching_its_stream(agent, submission, "a1 a2 a3 b1 b2")
+
+
+# -- one watch thread for every attempt of a process ---------------------------------------------
+
+
+def lease_expiry(jobs: ThinkJobs, agent: Think) -> Any:
+    agent_id = jobs.agent_id_of(agent, create=False)
+    with jobs.db.read() as conn:
+        return conn.execute(
+            select(agents.c.lease_expires_at).where(agents.c.id == agent_id)
+        ).scalar_one()
+
+
+def renewed_by(jobs: ThinkJobs, agent: Think, before: Any) -> float:
+    return float((lease_expiry(jobs, agent) - before).total_seconds())
+
+
+def test_attempts_running_at_once_are_watched_by_one_thread_that_renews_each_lease(
+    make_jobs: Any,
+) -> None:
+    """Every running attempt's watch is woken by the process's one clock thread (a thread per
+    attempt cost a thread start per turn): paused past their lease TTL, two attempts both
+    keep their leases (renewed every TTL / 3) and finish once they go on."""
+    jobs = make_jobs(lease_ttl_s=3)
+    paused = [paused_attempt(jobs, "mid") for _ in range(2)]
+    first = {agent.name: lease_expiry(jobs, agent) for agent, *_ in paused}
+    for agent, *_ in paused:  # renewed at least twice: beyond what was left of the TTL
+        wait_until(lambda: renewed_by(jobs, agent, first[agent.name]) > 1.5)  # noqa: B023
+    watchers = [t for t in threading.enumerate() if t.name == "think-jobs-watch"]
+    assert len(watchers) == 1
+    for agent, _, thread, results in paused:
+        resume(agent.name, thread)
+        assert [r.status for r in results] == ["completed"]
 
 
 # -- a lease claimed before its attempt starts --------------------------------------------------

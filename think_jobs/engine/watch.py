@@ -1,15 +1,21 @@
 """Decides when a running attempt must stop, and keeps its lease alive while it runs.
 
-One daemon thread per running attempt, talking only to the database, so that nothing can hold
-up the lease: every ``lease_ttl_s / 3`` it renews the lease through the fence and reads the
-turn's status in the same transaction (a ``cancel_submission`` that found Redis down is seen
-there); it wakes when the stall timeout or the lease's local bound is due (an attempt that
-could not renew in time stops before anyone else may take the turn), and every
+Each running attempt's watch talks only to the database, so that nothing can hold up the
+lease: every ``lease_ttl_s / 3`` it renews the lease through the fence and reads the turn's
+status in the same transaction (a ``cancel_submission`` that found Redis down is seen there);
+it looks again when the stall timeout or the lease's local bound is due (an attempt that could
+not renew in time stops before anyone else may take the turn), and every
 ``cancel_poll_interval_s`` when the caller's in-process signal is a ``threading.Event``. Each
 renewal runs on a short-lived thread of its own, at most one at a time: a database that stops
 answering (a partition that holds bytes) blocks that renewal, never the watch, which still
 stops the attempt at the local bound.
 Losing Redis alone therefore never costs an attempt its lease while the database answers.
+
+The watches of a process are woken by one ``WatchClock`` thread, which keeps their next due
+times in a heap and does nothing that waits (a renewal is started, never waited for): a
+thread per attempt cost a thread start on every turn's path (the starting thread waits for
+the new one to get the GIL, ~10 % of a turn's wall time in a busy worker) and a thread per
+in-flight turn.
 
 The Redis revocation flags of all the attempts running in a process are polled by one
 ``RevocationPoller`` thread (one MGET per ``cancel_poll_interval_s``); the flag is also read
@@ -20,10 +26,13 @@ see changes the watch.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from think_jobs.domain.records import TurnRecord
 from think_jobs.domain.status import Status, StopKind
@@ -31,11 +40,13 @@ from think_jobs.engine.lease import Lease, LeaseLost
 from think_jobs.errors import StorageUnavailableError
 from think_jobs.signals import AbortController, AbortSignal, SignalLike, signal_reason
 from think_jobs.transport.flags import RevocationPoller
+from think_jobs.transport.per_process import PerProcess
 
 log = logging.getLogger(__name__)
 
 _MIN_WAIT_S = 0.001  # a deadline just passed is looked at again after this, not in a spin
 _CONFIRM_WAIT_S = 0.25  # how long confirm() waits for a renewal once the lease may have lapsed
+_RETRY_AFTER_FAILURE_S = 0.05  # a watch whose tick raised (a bug) is looked at again after this
 
 
 @dataclass(frozen=True)
@@ -80,13 +91,17 @@ class TurnWatch:
         self.reason: StopReason | None = None
         self._closed = threading.Event()
         self._last_chunk = time.monotonic()
-        self._thread = threading.Thread(target=self._loop, name="think-jobs-watch", daemon=True)
+        self._next_heartbeat = 0.0
+        self._entry: _Due | None = None  # its place in the clock's heap, while watched
         self._renewal: threading.Thread | None = None  # the renewal in flight, if any
         self._renewal_lock = threading.Lock()
         self._lost = False
         self._unlisten = (
             signal.add_listener(self._on_local_abort) if isinstance(signal, AbortSignal) else None
         )
+
+    def __repr__(self) -> str:
+        return f"<TurnWatch of turn {self._turn.id}, attempt {self._turn.attempt}>"
 
     @property
     def signal(self) -> AbortSignal:
@@ -118,14 +133,17 @@ class TurnWatch:
         return self.reason is not None and self.reason.interrupts
 
     def start(self) -> TurnWatch:
-        self._thread.start()
+        self._next_heartbeat = self._first_heartbeat()
+        self._entry = CLOCK.get().add(self, self._next_due())
         self._revocations.watch(self._revocation_key, self)
         return self
 
     def close(self) -> None:
-        """Stop watching. The thread ends on its own (it may be inside a call to the
-        database); nothing it sees afterwards has an effect."""
+        """Stop watching. A renewal in flight ends on its own (it may be inside a call to
+        the database); nothing it sees afterwards has an effect."""
         self._closed.set()
+        if self._entry is not None:
+            CLOCK.get().forget(self._entry)
         self._revocations.forget(self._revocation_key)
         if self._unlisten is not None:
             self._unlisten()
@@ -150,32 +168,35 @@ class TurnWatch:
 
     # -- the watch: the heartbeat (database only), signals, stall, the local lease bound -----
 
-    def _loop(self) -> None:
-        next_heartbeat = self._first_heartbeat()
-        while not self._closed.wait(self._wait_s(next_heartbeat)) and not self._lost:
-            self._check_local_and_stall()
-            if time.monotonic() >= next_heartbeat:
-                next_heartbeat = time.monotonic() + self._timings.heartbeat_s
-                self._renew()
-            if not self._lease.locally_valid():
-                self.stop(StopKind.LEASE_LOST, "the lease could not be renewed in time")
+    def tick(self) -> float | None:
+        """Called by the clock when the watch is due: look, start a renewal when one is due,
+        and say when to be called next (None: no more, closed or lost). Never waits."""
+        if self._closed.is_set() or self._lost:
+            return None
+        self._check_local_and_stall()
+        if time.monotonic() >= self._next_heartbeat:
+            self._next_heartbeat = time.monotonic() + self._timings.heartbeat_s
+            self._renew()
+        if not self._lease.locally_valid():
+            self.stop(StopKind.LEASE_LOST, "the lease could not be renewed in time")
+        return self._next_due()
 
-    def _wait_s(self, next_heartbeat: float) -> float:
-        """How long the watch may sleep: until the first of the next heartbeat, the lease's
-        local bound and the stall deadline (each checked when it is due, not on a fixed tick,
-        so a thousand running turns do not wake a thousand threads five times a second). A
-        caller's ``threading.Event`` has no listener and is looked at every ``poll_s``. The
-        bound and the deadline move later as the lease is renewed and chunks arrive: waking at
-        an old one finds nothing to do and sleeps again."""
+    def _next_due(self) -> float:
+        """When to look next: the first of the next heartbeat, the lease's local bound and
+        the stall deadline (each checked when it is due, not on a fixed tick, so a thousand
+        running turns do not cost a thousand wake-ups five times a second). A caller's
+        ``threading.Event`` has no listener and is looked at every ``poll_s``. The bound and
+        the deadline move later as the lease is renewed and chunks arrive: looking at an old
+        one finds nothing to do."""
         now = time.monotonic()
-        due = [next_heartbeat]
+        due = [self._next_heartbeat]
         if not self.stopped:  # once stopped, only the heartbeat matters until close()
             due.append(self._lease.valid_until - self._lease.safety_s)
             if self.stall_timeout_s is not None:
                 due.append(self._last_chunk + self.stall_timeout_s)
         if self._local is not None and not isinstance(self._local, AbortSignal):
             due.append(now + self._timings.poll_s)
-        return max(_MIN_WAIT_S, min(due) - now)
+        return max(now + _MIN_WAIT_S, min(due))
 
     def _first_heartbeat(self) -> float:
         """A heartbeat interval after the lease was last renewed, not after the watch began:
@@ -227,3 +248,112 @@ class TurnWatch:
         timeout = self.stall_timeout_s
         if timeout is not None and time.monotonic() - self._last_chunk > timeout:
             self.stop(StopKind.STALLED, f"no chunk for {timeout:g} s")
+
+
+# -- the clock: one thread waking every watch of the process when it is due --------------------
+
+
+class Ticking(Protocol):
+    """What the clock wakes: ``tick()`` looks and says when to be woken next (None: never)."""
+
+    def tick(self) -> float | None: ...
+
+
+@dataclass(order=True)
+class _Due:
+    """A watch's place in the heap: when it is due (ties in the order they came)."""
+
+    at: float
+    order: int
+    watch: Ticking | None = field(compare=False)  # None: forgotten (the watch closed)
+    queued: bool = field(default=True, compare=False)  # in the heap (not being ticked)
+
+
+class WatchClock:
+    """Calls ``tick()`` of each watch when it is due, on one daemon thread, and schedules
+    the watch again for the time ``tick()`` returns. A closed watch is forgotten: its entry
+    stays in the heap, emptied, until the heap is rebuilt (when more than half of it is such)
+    or its time comes. ``tick()`` never waits (a renewal runs on its own thread), so one slow
+    database call cannot delay another attempt's stop at its lease's local bound."""
+
+    _REBUILD_AT = 64  # forgotten entries before a rebuild is worth it
+
+    def __init__(self) -> None:
+        self._heap: list[_Due] = []
+        self._forgotten = 0
+        self._order = itertools.count()
+        self._wake = threading.Condition(threading.Lock())
+        self._thread = threading.Thread(target=self._loop, name="think-jobs-watch", daemon=True)
+        self._thread.start()
+
+    def add(self, watch: Ticking, at: float) -> _Due:
+        """Call ``watch.tick()`` at ``at`` (``time.monotonic()``); returns its entry."""
+        entry = _Due(at, next(self._order), watch)
+        with self._wake:
+            heapq.heappush(self._heap, entry)
+            if self._heap[0] is entry:
+                self._wake.notify()
+        return entry
+
+    def forget(self, entry: _Due) -> None:
+        """Drop a watch's entry (it will not be called again)."""
+        with self._wake:
+            if entry.watch is None:
+                return
+            entry.watch = None
+            if not entry.queued:  # being ticked: not put back
+                return
+            self._forgotten += 1
+            if self._forgotten > self._REBUILD_AT and 2 * self._forgotten > len(self._heap):
+                self._heap = [kept for kept in self._heap if kept.watch is not None]
+                heapq.heapify(self._heap)
+                self._forgotten = 0
+
+    def __len__(self) -> int:
+        """Watches scheduled (forgotten ones not counted)."""
+        with self._wake:
+            return len(self._heap) - self._forgotten
+
+    def _loop(self) -> None:
+        while True:
+            for entry in self._take_due():
+                self._tick(entry)
+
+    def _take_due(self) -> list[_Due]:
+        """Wait until an entry is due; take every entry due now (forgotten ones dropped)."""
+        with self._wake:
+            while True:
+                now = time.monotonic()
+                if self._heap and self._heap[0].at <= now:
+                    break
+                self._wake.wait(self._heap[0].at - now if self._heap else None)
+            due: list[_Due] = []
+            while self._heap and self._heap[0].at <= now:
+                entry = heapq.heappop(self._heap)
+                entry.queued = False
+                if entry.watch is None:
+                    self._forgotten -= 1
+                else:
+                    due.append(entry)
+            return due
+
+    def _tick(self, entry: _Due) -> None:
+        watch = entry.watch
+        if watch is None:  # forgotten after it was taken
+            return
+        try:
+            at = watch.tick()
+        except Exception:  # a bug must not stop the clock of every attempt of the process
+            log.exception("%r failed; looking again in %g s", watch, _RETRY_AFTER_FAILURE_S)
+            at = time.monotonic() + _RETRY_AFTER_FAILURE_S
+        with self._wake:
+            if entry.watch is None:  # forgotten meanwhile
+                return
+            if at is None:
+                entry.watch = None
+                return
+            entry.at, entry.order, entry.queued = at, next(self._order), True
+            heapq.heappush(self._heap, entry)
+
+
+CLOCK: PerProcess[WatchClock] = PerProcess(WatchClock)
