@@ -43,8 +43,9 @@ class Batched(Protocol):
         """Held across each send of the writer, whichever thread makes it."""
         ...
 
-    def take_batch(self) -> tuple[redis.ConnectionPool, list[Any]] | None:
-        """With the lock held: the pool and the EVALSHA command of the due chunks, or None."""
+    def take_batch(self) -> tuple[redis.Redis, list[Any]] | None:
+        """With the lock held: the writer's client and the EVALSHA command of the due chunks,
+        or None."""
         ...
 
     def settle_batch(self, result: Any) -> None:
@@ -114,23 +115,24 @@ class StreamSender:
         for writer in unique:
             writer.lock.acquire()
         try:
-            groups: dict[int, tuple[redis.ConnectionPool, list[tuple[Batched, list[Any]]]]] = {}
+            groups: dict[int, tuple[redis.Redis, list[tuple[Batched, list[Any]]]]] = {}
             for writer in unique:
                 taken = writer.take_batch()
                 if taken is not None:
-                    pool, command = taken
-                    groups.setdefault(id(pool), (pool, []))[1].append((writer, command))
-            for pool, items in groups.values():
-                self._send_group(pool, items)
+                    client, command = taken
+                    group = groups.setdefault(id(client.connection_pool), (client, []))
+                    group[1].append((writer, command))
+            for client, items in groups.values():
+                self._send_group(client, items)
         finally:
             for writer in unique:
                 writer.lock.release()
             self.passes += 1
 
-    def _send_group(
-        self, pool: redis.ConnectionPool, items: list[tuple[Batched, list[Any]]]
-    ) -> None:
-        pipe = redis.Redis(connection_pool=pool).pipeline(transaction=False)
+    def _send_group(self, client: redis.Redis, items: list[tuple[Batched, list[Any]]]) -> None:
+        """One pipelined round trip on the pool of ``client`` (any of the group's writers'
+        clients: a pipeline takes a connection of its own from the pool)."""
+        pipe = client.pipeline(transaction=False)
         for _, command in items:
             pipe.execute_command(*command)  # type: ignore[no-untyped-call]
         try:

@@ -323,7 +323,7 @@ class StreamWriter:
         with sender.sending():
             self._flush()
 
-    def take_batch(self) -> tuple[redis.ConnectionPool, list[Any]] | None:
+    def take_batch(self) -> tuple[redis.Redis, list[Any]] | None:
         """The sender's call, with the lock held: the append of what is due, as a command for
         its pipeline (None: nothing to send now — ended, sent meanwhile, backing off after a
         failure, or ``may_send`` says no, which leaves it to the attempt's own thread)."""
@@ -337,7 +337,7 @@ class StreamWriter:
         keys = [names.buffer, names.state, names.revoked]
         args = [names.channel, ttl_s, self.epoch, expected, "0", "0", *self._batch]
         command = ["EVALSHA", self._append_script.sha, len(keys), *keys, *args]
-        return self.client.connection_pool, command
+        return self.client, command
 
     def settle_batch(self, result: Any) -> None:
         """The sender's call, with the lock held: what the append ``take_batch`` made
