@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import redis
 
 from tests.support.builders import PATIENCE_S, wait_until
-from tests.support.processes import PrivateRedis, private_redis
+from tests.support.processes import PrivateRedis
 from think_jobs.keys import Keys
 from think_jobs.transport.streams import StreamRef, StreamWriter, buffered_events
 
@@ -26,19 +26,6 @@ REF = StreamRef("Agent:a", "req-1", 7)
 KEYS = Keys("coalescing")
 HELD_S = 60.0  # a window nothing in a test outlasts: held chunks go out only with done()
 FLUSHED_S = 1.0  # a window the flusher ends while the test waits
-
-
-@pytest.fixture
-def server() -> Iterator[PrivateRedis]:
-    with private_redis() as running:
-        yield running
-
-
-@pytest.fixture
-def client(server: PrivateRedis) -> Iterator[redis.Redis]:
-    connection = redis.Redis.from_url(server.url, socket_timeout=1, socket_connect_timeout=1)
-    yield connection
-    connection.close()
 
 
 def delta(text: str) -> str:

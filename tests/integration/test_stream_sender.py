@@ -11,32 +11,18 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import ExitStack
 
-import pytest
 import redis
 
 from tests.support.builders import PATIENCE_S, wait_until
-from tests.support.processes import PrivateRedis, private_redis
+from tests.support.processes import PrivateRedis
 from think_jobs.keys import Keys
 from think_jobs.transport.sender import BUSY_AT, StreamSender
 from think_jobs.transport.streams import StreamRef, StreamWriter, buffered_events
 
 KEYS = Keys("sender")
-
-
-@pytest.fixture
-def server() -> Iterator[PrivateRedis]:
-    with private_redis() as running:
-        yield running
-
-
-@pytest.fixture
-def client(server: PrivateRedis) -> Iterator[redis.Redis]:
-    connection = redis.Redis.from_url(server.url, socket_timeout=1, socket_connect_timeout=1)
-    yield connection
-    connection.close()
 
 
 def ref(n: int) -> StreamRef:

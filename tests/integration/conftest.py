@@ -1,0 +1,26 @@
+"""Fixtures of the integration tests that need a Redis server of their own (one they may stop,
+restart or fill without touching the shared one)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from tests.support.processes import PrivateRedis, private_redis
+
+
+@pytest.fixture
+def server() -> Iterator[PrivateRedis]:
+    """A Redis server of the test's own, on a free loopback port; stopped after the test."""
+    with private_redis() as running:
+        yield running
+
+
+@pytest.fixture
+def client(server: PrivateRedis) -> Iterator[redis.Redis]:
+    """A client of ``server`` that gives up within a second when it is down."""
+    connection = redis.Redis.from_url(server.url, socket_timeout=1, socket_connect_timeout=1)
+    yield connection
+    connection.close()
