@@ -52,8 +52,9 @@ def drain(services: Services, agent_id: int, *, swept: bool = False) -> Drained:
             if claimed.reason is Idle.CALLER:
                 handoff.caller_waits(services, agent)
             return Drained(ran) if ran else Drained(0, claimed.reason)
-        # Turns waiting and time left: keep the lease for the next one (claimed with the final
-        # write when no hook runs after it). Otherwise release now rather than look again.
+        # Turns waiting and time left: keep the lease for the next one (on SQLite claimed with
+        # the final write when no hook runs after it). Otherwise release now rather than look
+        # again.
         keep = claimed.claim.queued_behind and time.monotonic() < deadline
         outcome = execution.run_and_release(services, claimed, keep_lease=keep)
         ran += 1

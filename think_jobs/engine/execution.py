@@ -181,9 +181,9 @@ def run_and_release(
 ) -> Ran:
     """Run the claimed turn and release the lease; the caller decides who runs what is next.
 
-    With ``keep_lease`` the lease is kept for the next turn: with no hook to run after the
-    final write, that write also claims the next turn (``Ran.following``); otherwise the
-    caller claims it with ``claim(..., held=claimed.lease)``.
+    With ``keep_lease`` the lease is kept for the next turn: on SQLite, with no hook to run
+    after the final write, that write also claims the next turn (``Ran.following``);
+    otherwise the caller claims it with ``claim(..., held=claimed.lease)``.
     """
     claim, lease = claimed.claim, claimed.lease
     agent = services.agents.instantiate(claim.agent_type, claim.agent_name)
@@ -255,11 +255,13 @@ class _Run:
         self.services, self.claim, self.tools = services, claim, tools
         self.attempt = Attempt(services, agent, claim, caller, tools)
         # With no hook or callback to run inside the turn after the final write, that write
-        # also releases the lease, or claims the next turn when the lease is kept for it: one
-        # transaction less per turn.
+        # also releases the lease, or, on SQLite, claims the next turn when the lease is kept
+        # for it: one transaction less per turn. On PostgreSQL the final write and the next
+        # claim are one statement each, which is cheaper than the transaction that would do
+        # both (``bench``: 257 against 281-299 turns/s in a FIFO drain of agents without hooks).
         alone = caller is None and not _has_turn_hooks(agent)
         self.release_with_final = alone and not keep_lease
-        self.claim_with_final = alone and keep_lease
+        self.claim_with_final = alone and keep_lease and not services.db.one_statement_writes
         self.keep_lease = keep_lease
         self.released: Released | None = None
         self.following: Claimed | NotClaimed | None = None
