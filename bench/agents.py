@@ -133,6 +133,14 @@ class Ordered(Think):
         mark_finished(self.jobs)
 
 
+class OrderedPlain(Think):
+    """``Ordered`` without a hook, as most agents are (``fifo_throughput --plain``): when each
+    turn finished is read from the database."""
+
+    def get_model(self) -> StartRecorder:
+        return StartRecorder(self.jobs, self.name)
+
+
 def long_reply(request: ModelRequest) -> Reply:
     """As many chunks as the user message says (``STREAM_CHUNK_CHARS`` characters each)."""
     chunks = int(last_user_text(request) or "1")
@@ -165,7 +173,7 @@ class SlowTokens(Think):
         mark_finished(self.jobs)
 
 
-AGENT_CLASSES: tuple[type[Think], ...] = (OneChunk, Ordered, LongStream, SlowTokens)
+AGENT_CLASSES: tuple[type[Think], ...] = (OneChunk, Ordered, OrderedPlain, LongStream, SlowTokens)
 
 
 def register_bare_tasks(app: Celery, jobs: ThinkJobs) -> None:
