@@ -26,7 +26,7 @@ from think_jobs.domain.records import Drained
 from think_jobs.engine import drain as worker
 from think_jobs.engine.execution import INTERRUPTED, Claimed, TurnResult, claim, run_and_release
 from think_jobs.engine.queueing import AgentRef
-from think_jobs.engine.watch import TurnWatch, WatchTimings
+from think_jobs.engine.watch import CLOCK, TurnWatch, WatchTimings
 from think_jobs.messages import message_text
 from think_jobs.models import ModelRequest
 from think_jobs.replay import assemble
@@ -210,6 +210,10 @@ def lease_expiry(jobs: ThinkJobs, agent: Think) -> Any:
         ).scalar_one()
 
 
+def watch_threads() -> int:
+    return sum(thread.name == "think-jobs-watch" for thread in threading.enumerate())
+
+
 def renewed_by(jobs: ThinkJobs, agent: Think, before: Any) -> float:
     return float((lease_expiry(jobs, agent) - before).total_seconds())
 
@@ -221,12 +225,13 @@ def test_attempts_running_at_once_are_watched_by_one_thread_that_renews_each_lea
     attempt cost a thread start per turn): paused past their lease TTL, two attempts both
     keep their leases (renewed every TTL / 3) and finish once they go on."""
     jobs = make_jobs(lease_ttl_s=3)
+    threads_before = watch_threads()
     paused = [paused_attempt(jobs, "mid") for _ in range(2)]
     first = {agent.name: lease_expiry(jobs, agent) for agent, *_ in paused}
     for agent, *_ in paused:  # renewed at least twice: beyond what was left of the TTL
         wait_until(lambda: renewed_by(jobs, agent, first[agent.name]) > 1.5)  # noqa: B023
-    watchers = [t for t in threading.enumerate() if t.name == "think-jobs-watch"]
-    assert len(watchers) == 1
+    assert len(CLOCK.get()) >= 2  # both on the process's clock...
+    assert watch_threads() - threads_before <= 1  # ...and no thread of their own (the clock's)
     for agent, _, thread, results in paused:
         resume(agent.name, thread)
         assert [r.status for r in results] == ["completed"]

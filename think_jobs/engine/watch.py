@@ -316,8 +316,12 @@ class WatchClock:
 
     def _loop(self) -> None:
         while True:
-            for entry in self._take_due():
-                self._tick(entry)
+            try:
+                for entry in self._take_due():
+                    self._tick(entry)
+            except Exception:  # a bug here must not leave every attempt of the process unwatched
+                log.exception("watch clock: a pass failed")
+                time.sleep(_RETRY_AFTER_FAILURE_S)
 
     def _take_due(self) -> list[_Due]:
         """Wait until an entry is due; take every entry due now (forgotten ones dropped)."""
