@@ -273,8 +273,9 @@ class WatchClock:
     """Calls ``tick()`` of each watch when it is due, on one daemon thread, and schedules
     the watch again for the time ``tick()`` returns. A closed watch is forgotten: its entry
     stays in the heap, emptied, until the heap is rebuilt (when more than half of it is such)
-    or its time comes. ``tick()`` never waits (a renewal runs on its own thread), so one slow
-    database call cannot delay another attempt's stop at its lease's local bound."""
+    or its time comes. ``tick()`` never waits on the database (a renewal runs on its own
+    thread), so one slow call cannot delay another attempt's stop at its lease's local bound; a
+    stop runs the turn's abort listeners on this thread, as the revocation poller's do."""
 
     _REBUILD_AT = 64  # forgotten entries before a rebuild is worth it
 
