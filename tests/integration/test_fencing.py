@@ -16,9 +16,12 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from sqlalchemy import select, update
 
-from tests.support.builders import buffer_key, user, wait_until
+from tests.apps.agents import Recorder
+from tests.support.builders import buffer_key, directive, user, wait_for_status, wait_until
+from tests.support.processes import worker_processes
 from think_jobs import Think, ThinkJobs
 from think_jobs.db.dialect import db_now_plus
 from think_jobs.db.tables import agents
@@ -235,6 +238,21 @@ def test_attempts_running_at_once_are_watched_by_one_thread_that_renews_each_lea
     for agent, _, thread, results in paused:
         resume(agent.name, thread)
         assert [r.status for r in results] == ["completed"]
+
+
+@pytest.mark.parametrize("pool", ["threads", "prefork"])
+def test_a_command_line_worker_keeps_the_lease_of_a_turn_that_outlasts_it(
+    jobs: ThinkJobs, settings_env: dict[str, str], pool: str
+) -> None:
+    """A turn of 4 s under a 1.5 s lease is renewed all along by the worker's watch clock: a
+    prefork child runs a clock of its own (the parent's thread is not in it). Had no clock
+    renewed it, the attempt would stop at its lease's local bound and a second one finish it."""
+    env = {**settings_env, "THINK_JOBS_LEASE_TTL_S": "1.5"}
+    agent = jobs.get_agent(Recorder, f"long-{pool}")
+    submission = agent.submit_messages([directive(label="long", hold_s=4)]).submission_id
+    with worker_processes(env, count=1, concurrency=1, pool=pool):
+        found = wait_for_status(agent, submission, "completed")
+    assert found.attempt == 1
 
 
 # -- a lease claimed before its attempt starts --------------------------------------------------
