@@ -92,7 +92,7 @@ class TurnWatch:
         self._closed = threading.Event()
         self._last_chunk = time.monotonic()
         self._next_heartbeat = 0.0
-        self._entry: _Due | None = None  # its place in the clock's heap, while watched
+        self._watched: tuple[WatchClock, _Due] | None = None  # the clock and its entry there
         self._renewal: threading.Thread | None = None  # the renewal in flight, if any
         self._renewal_lock = threading.Lock()
         self._lost = False
@@ -134,7 +134,8 @@ class TurnWatch:
 
     def start(self) -> TurnWatch:
         self._next_heartbeat = self._first_heartbeat()
-        self._entry = CLOCK.get().add(self, self._next_due())
+        clock = CLOCK.get()
+        self._watched = clock, clock.add(self, self._next_due())
         self._revocations.watch(self._revocation_key, self)
         return self
 
@@ -142,8 +143,9 @@ class TurnWatch:
         """Stop watching. A renewal in flight ends on its own (it may be inside a call to
         the database); nothing it sees afterwards has an effect."""
         self._closed.set()
-        if self._entry is not None:
-            CLOCK.get().forget(self._entry)
+        if self._watched is not None:  # on the clock it started on, whatever process this is
+            clock, entry = self._watched
+            clock.forget(entry)
         self._revocations.forget(self._revocation_key)
         if self._unlisten is not None:
             self._unlisten()
