@@ -45,36 +45,28 @@ from think_jobs.messages import ROLES
 
 log = logging.getLogger(__name__)
 
-_TURN_COLUMNS = ", ".join(f's."{column.name}"' for column in turns.c)
+TURN_COLUMNS = ", ".join(f's."{column.name}"' for column in turns.c)
 _HEAD = """
     SELECT h.id FROM (
         (SELECT id, seq FROM think_turns
          WHERE agent_id = :agent_id AND status = 'pending' ORDER BY seq LIMIT 1)
         UNION ALL
         (SELECT id, seq FROM think_turns
-         WHERE agent_id = :agent_id AND status = 'running' ORDER BY seq LIMIT 1)
+         WHERE agent_id = :agent_id AND status = 'running'{not_ending} ORDER BY seq LIMIT 1)
     ) AS h ORDER BY h.seq LIMIT 1"""
-_SQL = f"""
-WITH fresh AS (
+# The parts after ``leased`` (a CTE returning the lease's ``admitted`` and ``now``), shared
+# with ``db.final_write``'s statement that also claims the next turn.
+FRESH = """fresh AS (
     SELECT t.id FROM think_turns AS t
-    WHERE t.id = ({_HEAD})
+    WHERE t.id = ({head})
       AND t.status = 'pending' AND t.kind = 'submission' AND NOT t.messages_applied
       AND NOT t.awaiting_approval AND t."trigger" <> 'regenerate'
       AND (t.body IS NULL OR json_typeof(t.body) = 'null')
-      AND strpos(t.messages::text, {{nul}}) = 0
+      AND strpos(t.messages::text, {nul}) = 0
       AND (t.messages IS NULL OR json_typeof(t.messages) IN ('array', 'null'))
-      AND NOT EXISTS ({{unappliable}})
-), leased AS (
-    UPDATE think_agents AS a
-    SET lease_token = :token,
-        lease_expires_at =
-            clock_timestamp() + make_interval(secs => CAST(:ttl_s AS DOUBLE PRECISION))
-    WHERE a.id = :agent_id
-      AND a.xmin = (SELECT xmin FROM think_agents WHERE id = :agent_id)
-      AND {{lease}}
-      AND EXISTS (SELECT 1 FROM fresh)
-    RETURNING a.admitted, clock_timestamp() AS now
-), started AS (
+      AND NOT EXISTS ({unappliable}){guard}
+)"""
+STARTED = """started AS (
     UPDATE think_turns AS t
     SET status = 'running',
         attempt = t.attempt + 1,
@@ -92,14 +84,29 @@ WITH fresh AS (
     CROSS JOIN LATERAL json_array_elements(
         CASE json_typeof(s.messages) WHEN 'array' THEN s.messages ELSE '[]' END
     ) WITH ORDINALITY AS m(value, n)  -- a continuation brings no messages (JSON null)
-    ORDER BY m.n
+    {after}ORDER BY m.n
     ON CONFLICT DO NOTHING
     RETURNING id, data
-)
-SELECT {_TURN_COLUMNS}, l.admitted AS claim_admitted, l.now AS claim_now,
-    (SELECT COALESCE('[' || string_agg(c.data::text, ',' ORDER BY c.id) || ']', '[]')
-     FROM (SELECT id, data FROM think_messages WHERE agent_id = :agent_id
-           UNION ALL SELECT id, data FROM applied) AS c) AS claim_history
+)"""
+# The conversation the started turn's model will see: ``stored`` (the snapshot's rows, with
+# what the statement wrote before the turn's messages), then those just applied.
+HISTORY = """(SELECT COALESCE('[' || string_agg(c.data::text, ',' ORDER BY c.id) || ']', '[]')
+     FROM ({stored} UNION ALL SELECT id, data FROM applied) AS c)"""
+SNAPSHOT_ROWS = "SELECT id, data FROM think_messages WHERE agent_id = :agent_id"
+_SQL = f"""
+WITH {{fresh}}, leased AS (
+    UPDATE think_agents AS a
+    SET lease_token = :token,
+        lease_expires_at =
+            clock_timestamp() + make_interval(secs => CAST(:ttl_s AS DOUBLE PRECISION))
+    WHERE a.id = :agent_id
+      AND a.xmin = (SELECT xmin FROM think_agents WHERE id = :agent_id)
+      AND {{lease}}
+      AND EXISTS (SELECT 1 FROM fresh)
+    RETURNING a.admitted, clock_timestamp() AS now
+), {{started}}
+SELECT {TURN_COLUMNS}, l.admitted AS claim_admitted, l.now AS claim_now,
+    {HISTORY.format(stored=SNAPSHOT_ROWS)} AS claim_history
 FROM leased AS l LEFT JOIN started AS s ON true
 """
 # A message the general path would refuse to apply (``messages.unappliable_reason``): that
@@ -121,11 +128,17 @@ _TYPES: dict[str, TypeEngine[Any]] = {
 }
 
 
+def fresh_cte(*, not_ending: str = "", guard: str = "") -> str:
+    """The ``fresh`` CTE: the agent's head if it is a submission the statement can start;
+    ``not_ending`` excludes a running turn from the head, ``guard`` adds a condition."""
+    head = _HEAD.format(not_ending=not_ending)
+    return FRESH.format(head=head, nul=_NUL, unappliable=_UNAPPLIABLE, guard=guard)
+
+
 def _statement(lease: str) -> Any:
     """The statement for one lease condition; its first columns are the turn's, in order."""
-    return text(_SQL.format(lease=lease, nul=_NUL, unappliable=_UNAPPLIABLE)).columns(
-        *turns.c, **_TYPES
-    )
+    sql = _SQL.format(fresh=fresh_cte(), lease=lease, started=STARTED.format(after=""))
+    return text(sql).columns(*turns.c, **_TYPES)
 
 
 _TAKE, _RENEW = _statement(_FREE), _statement(_OURS)

@@ -188,6 +188,13 @@ def claim_fresh(
         return None
     if found.turn is None:
         return token
+    return fresh_claim(agent, token, found)
+
+
+def fresh_claim(agent: AgentRef, token: str, found: claim_ops.FreshClaim) -> Claim:
+    """The claim of a turn a one-statement claim started (``found.turn`` set), with the
+    conversation it read."""
+    assert found.turn is not None
     holder = _Holder(agent, token, found.admitted, found.now)
     return replace(holder.claim(found.turn, recovering=False), history=found.history)
 
