@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
+from typing import Any
 
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import conversation as conversation_ops
@@ -53,6 +54,7 @@ from think_jobs.engine.model_loop import RunOutcome
 from think_jobs.engine.ports import AgentHooks, Services
 from think_jobs.engine.watch import TurnWatch, WatchTimings
 from think_jobs.errors import ThinkJobsError
+from think_jobs.messages import new_message_id
 from think_jobs.transport.streams import StreamRef, StreamWriter
 
 __all__ = ["INTERRUPTED", "CallerTurn", "MessagesFunction", "TurnResult", "execute"]
@@ -255,13 +257,13 @@ class _Run:
         self.services, self.claim, self.tools = services, claim, tools
         self.attempt = Attempt(services, agent, claim, caller, tools)
         # With no hook or callback to run inside the turn after the final write, that write
-        # also releases the lease, or, on SQLite, claims the next turn when the lease is kept
-        # for it: one transaction less per turn. On PostgreSQL the final write and the next
-        # claim are one statement each, which is cheaper than the transaction that would do
-        # both (``bench``: 257 against 281-299 turns/s in a FIFO drain of agents without hooks).
+        # also releases the lease, or claims the next turn when the lease is kept for it: one
+        # transaction less per turn. On PostgreSQL that is one statement
+        # (``db.final_write.write_final_and_claim``), on SQLite the final write's transaction.
         alone = caller is None and not _has_turn_hooks(agent)
         self.release_with_final = alone and not keep_lease
         self.claim_with_final = alone and keep_lease and not services.db.one_statement_writes
+        self.claim_in_final = alone and keep_lease and services.db.one_statement_writes
         self.keep_lease = keep_lease
         self.released: Released | None = None
         self.following: Claimed | NotClaimed | None = None
@@ -301,15 +303,36 @@ class _Run:
         turn, lease = self.claim.turn, self.tools.lease
         reply = outcome.message.to_wire() if outcome.has_content else None
         releasing = self.release_with_final
-        ended = lease.write_final(
-            turn, status=status, error=error, reply=reply, releasing=releasing
-        )
+        if self.claim_in_final:
+            ended = self._final_claiming_next(status, error, reply)
+        else:
+            ended = lease.write_final(
+                turn, status=status, error=error, reply=reply, releasing=releasing
+            )
         if ended is None:
             with self.services.db.statement() as conn:
                 status, error = _stored_ending(conn, turn, status, error)
         if releasing:
             self.released = lease.next_head(turn.seq)
         return ended, status, error
+
+    def _final_claiming_next(
+        self, status: str, error: str | None, reply: dict[str, Any] | None
+    ) -> Ended | None:
+        """The final write, with the next turn claimed in its statement when it can be
+        (``Lease.write_final_and_claim``); otherwise the drain claims it afterwards."""
+        lease = self.tools.lease
+        ended, found = lease.write_final_and_claim(
+            self.claim.turn,
+            status=status,
+            error=error,
+            reply=reply,
+            assistant_message_id=new_message_id(),
+        )
+        if found is not None:
+            claim = queueing.fresh_claim(self.claim.agent, lease.token, found)
+            self.following = Claimed(claim, _lease(self.services, claim, lease.renewed_at))
+        return ended
 
     def _final_transaction(
         self, outcome: RunOutcome, status: str, error: str | None

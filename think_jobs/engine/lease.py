@@ -21,21 +21,24 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import final_write
 from think_jobs.db import turns as turn_ops
+from think_jobs.db.claim import FreshClaim
 from think_jobs.db.engine import Connection, Database
 from think_jobs.domain.records import Ended, HeadBrief, Released, TurnRecord
 from think_jobs.errors import StorageUnavailableError, ThinkJobsError
 from think_jobs.observe import metrics
 
 log = logging.getLogger(__name__)
+
+_Found = TypeVar("_Found")
 
 
 class LeaseLost(ThinkJobsError):
@@ -103,27 +106,47 @@ class Lease:
         """The attempt's final write in one statement through the fence (PostgreSQL,
         ``db.final_write``), renewing the lease or, ``releasing``, giving it back; the turn's
         ending (None: a status was set meanwhile). Raises ``LeaseLost`` (nothing written)."""
-        sent = time.monotonic()
-        with self.db.statement() as conn:
-            found = final_write.write_final(
-                conn,
-                turn,
-                token=self.token,
-                ttl_s=self.ttl_s,
-                status=status,
-                error=error,
-                reply=reply,
-                releasing=releasing,
-            )
-        if found is None:
-            raise self._lost("final")
+        ending = final_write.Ending(turn, self.token, self.ttl_s, status, error, reply)
+        found, sent = self._final(lambda conn: final_write.write_final(conn, ending, releasing))
         if releasing:
             self.released, self.admitted_at_release = True, found.admitted
         else:
-            assert found.now is not None
-            self.held = agent_ops.Held(found.admitted, found.now)
-            self.db_now, self.renewed_at, self.valid_until = found.now, sent, sent + self.ttl_s
+            self._renewed(found, sent)
         return found.ended
+
+    def write_final_and_claim(
+        self,
+        turn: TurnRecord,
+        *,
+        status: str,
+        error: str | None,
+        reply: dict[str, Any] | None,
+        assistant_message_id: str,
+    ) -> tuple[Ended | None, FreshClaim | None]:
+        """``write_final`` renewing the lease, with the agent's next turn claimed in the same
+        statement when it can be (``db.final_write.write_final_and_claim``; None: the caller
+        claims it). Raises ``LeaseLost`` (nothing written)."""
+        ending = final_write.Ending(turn, self.token, self.ttl_s, status, error, reply)
+        (written, claimed), sent = self._final(
+            lambda conn: final_write.write_final_and_claim(conn, ending, assistant_message_id)
+        )
+        self._renewed(written, sent)
+        return written.ended, claimed
+
+    def _final(self, write: Callable[[Connection], _Found | None]) -> tuple[_Found, float]:
+        """``write`` in a statement of its own; what it found, and when it was sent. Raises
+        ``LeaseLost`` when it found nothing (the fence did not match: nothing written)."""
+        sent = time.monotonic()
+        with self.db.statement() as conn:
+            found = write(conn)
+        if found is None:
+            raise self._lost("final")
+        return found, sent
+
+    def _renewed(self, written: final_write.FinalWritten, sent: float) -> None:
+        assert written.now is not None
+        self.held = agent_ops.Held(written.admitted, written.now)
+        self.db_now, self.renewed_at, self.valid_until = written.now, sent, sent + self.ttl_s
 
     def heartbeat(self, turn_id: int) -> TurnRecord | None:
         """Renew the lease and read the turn (a cancel that found Redis down shows here).
