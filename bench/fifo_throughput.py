@@ -5,8 +5,9 @@ Each phase pre-loads its work with no worker running (submissions through ``subm
 bare tasks through ``apply_async``), then starts two ``think-jobs worker`` subprocesses
 (threads pool) and times from the first finished unit to the last (each unit marks its finish
 in Redis with one pipelined round trip; turns do it from ``on_chat_response``), so worker
-start-up is not counted. With ``--plain`` the agents override no hook, as most agents do (a
-turn with a hook after its final write runs another path): they mark nothing, so the drain ends
+start-up is not counted. With ``--plain`` the agents override no hook, as most agents do (with
+no hook after its final write, a turn's final write also claims the agent's next turn, in one
+statement on PostgreSQL): they mark nothing, so the drain ends
 when the database counts every turn completed and is timed from the first ``completed_at`` to
 the last. Order is checked twice: the model records each turn's label as it
 starts (must equal the admission order per agent), and the turns table must show, per agent,

@@ -183,3 +183,20 @@ def test_a_final_write_that_lost_the_lease_claims_nothing(jobs: ThinkJobs) -> No
     _, messages = stored(jobs, agent, turn)
     assert [m["id"] for m in messages] == ["m0"]
     assert statuses(jobs, agent) == ["running", "pending"]
+
+
+def test_a_final_write_with_no_reply_claims_the_next_turn_on_the_conversation_as_it_is(
+    jobs: ThinkJobs,
+) -> None:
+    agent = echo_queued(jobs, 2)
+    turn, lease = claimed_lease(jobs, agent)
+    ended, found = lease.write_final_and_claim(
+        turn, status="error", error="the model said nothing", reply=None, assistant_message_id="n"
+    )
+    assert ended is not None and found is not None and found.turn is not None
+    assert found.turn.seq == 2 and found.history is not None
+    assert [m["id"] for m in json.loads(found.history)] == ["m0", "m1"]
+    after, messages = stored(jobs, agent, turn)
+    assert (after.status, after.error) == ("error", "the model said nothing")
+    assert [m["id"] for m in messages] == ["m0", "m1"]
+    assert statuses(jobs, agent) == ["error", "running"]
