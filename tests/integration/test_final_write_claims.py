@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -73,8 +74,9 @@ def replies_saw_their_past(messages: list[dict[str, Any]]) -> None:
 
 
 def test_a_drain_claims_each_next_turn_in_the_final_write_of_the_turn_before(
-    jobs: ThinkJobs,
+    make_jobs: Callable[..., ThinkJobs],
 ) -> None:
+    jobs = make_jobs(drain_slice_s=60.0)  # the drain's slice lasts the three turns
     agent = echo_queued(jobs, 3)
     with statements(jobs) as sent:
         drained = drain.drain(jobs.services, agent.id)
