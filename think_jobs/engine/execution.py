@@ -262,8 +262,9 @@ class _Run:
         # (``db.final_write.write_final_and_claim``), on SQLite the final write's transaction.
         alone = caller is None and not _has_turn_hooks(agent)
         self.release_with_final = alone and not keep_lease
-        self.claim_with_final = alone and keep_lease and not services.db.one_statement_writes
-        self.claim_in_final = alone and keep_lease and services.db.one_statement_writes
+        claim_next = alone and keep_lease
+        self.claim_in_statement = claim_next and services.db.one_statement_writes
+        self.claim_in_transaction = claim_next and not services.db.one_statement_writes
         self.keep_lease = keep_lease
         self.released: Released | None = None
         self.following: Claimed | NotClaimed | None = None
@@ -286,7 +287,7 @@ class _Run:
         statement when nothing else goes with them (PostgreSQL, ``Lease.write_final``), else
         in the fenced transaction."""
         status, error = self.attempt.final_status(outcome)
-        alone = not (outcome.asked or self.claim_with_final)  # nothing else to write with it
+        alone = not (outcome.asked or self.claim_in_transaction)  # nothing else to write with it
         if alone and self.services.db.one_statement_writes:
             ended, status, error = self._final_statement(outcome, status, error)
         else:
@@ -303,7 +304,7 @@ class _Run:
         turn, lease = self.claim.turn, self.tools.lease
         reply = outcome.message.to_wire() if outcome.has_content else None
         releasing = self.release_with_final
-        if self.claim_in_final:
+        if self.claim_in_statement:
             ended = self._final_claiming_next(status, error, reply)
         else:
             ended = lease.write_final(
@@ -350,7 +351,7 @@ class _Run:
             if self.release_with_final:  # a continuation admitted here holds the head
                 ended_seq = turn.seq if self.continuation is None else None
                 self.released = Released(self.tools.lease.head_after(conn, ended_seq))
-            if self.claim_with_final:
+            if self.claim_in_transaction:
                 self.following = self._claim_following(conn)
         return ended, status, error
 
