@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.integration.test_admission import _wait_for_lock_waiter, statements
+from tests.integration.test_claim import conversation
 from tests.integration.test_final_write import claimed_lease, reply, stored
 from tests.support.builders import user
 from think_jobs import Think, ThinkJobs
@@ -49,14 +50,6 @@ def echo_queued(jobs: ThinkJobs, count: int) -> AgentRef:
     agent_id = jobs.agent_id_of(agent, create=True)
     assert agent_id is not None
     return AgentRef(agent_id, "Echo", "e")
-
-
-def conversation(jobs: ThinkJobs, agent: AgentRef) -> list[dict[str, Any]]:
-    with jobs.db.read() as conn:
-        found: list[dict[str, Any]] = json.loads(
-            conversation_ops.load_messages_json(conn, agent.id)
-        )
-    return found
 
 
 def statuses(jobs: ThinkJobs, agent: AgentRef) -> list[str]:

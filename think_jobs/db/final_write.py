@@ -138,8 +138,16 @@ def write_final(conn: Connection, ending: Ending, releasing: bool) -> FinalWritt
     if row is None:
         return None
     fields = row._mapping
-    ended = None if fields["completed_at"] is None else Ended(row.completed_at, row.followup)
-    return FinalWritten(int(fields["admitted"]), fields.get("now"), ended)
+    return _written(
+        fields["admitted"], fields.get("now"), fields["completed_at"], fields["followup"]
+    )
+
+
+def _written(admitted: int, now: datetime | None, completed_at: Any, followup: Any) -> FinalWritten:
+    """What the fence locked and the turn's ending (no ``completed_at``: a status set
+    meanwhile was kept)."""
+    ended = None if completed_at is None else Ended(completed_at, followup)
+    return FinalWritten(int(admitted), now, ended)
 
 
 # -- the final write that also claims the next turn -------------------------------------------
@@ -237,10 +245,8 @@ def write_final_and_claim(
     if row is None:
         return None
     fields = row._mapping
-    completed_at = fields["final_completed_at"]
-    ended = None if completed_at is None else Ended(completed_at, fields["final_followup"])
     admitted, now = int(fields["final_admitted"]), fields["final_now"]
-    written = FinalWritten(admitted, now, ended)
+    written = _written(admitted, now, fields["final_completed_at"], fields["final_followup"])
     if fields["id"] is None:
         return written, None
     next_turn = record_of_row({column.name: fields[column.name] for column in turns.c})
