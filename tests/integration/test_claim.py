@@ -21,8 +21,10 @@ from tests.integration.test_queueing import Quiet, claimed, queued
 from tests.support.builders import user
 from think_jobs import ThinkJobs
 from think_jobs.db import agents as agent_ops
+from think_jobs.db import claim as claim_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
+from think_jobs.db.tables import UTCDateTime, turns
 from think_jobs.domain.records import AgentRef, Idle, NotClaimed
 from think_jobs.engine.execution import Claimed, claim
 from think_jobs.messages import stored_messages
@@ -193,3 +195,24 @@ def test_a_message_holding_nul_is_claimed_by_the_general_path(jobs: ThinkJobs) -
     stored = conversation(jobs, agent)
     assert stored == [message]
     assert result.claim.history is not None and json.loads(result.claim.history) == stored
+
+
+def test_a_turn_row_is_read_by_position_in_the_order_the_statement_selects(
+    jobs: ThinkJobs,
+) -> None:
+    """The one-statement claims name every column by position (``claim.turn_row``), which is
+    what lets SQLAlchemy keep the result's metadata with the compiled statement; each
+    column still reads back under its own name, with its type."""
+    agent, _ = queued(jobs, 1)
+    columns = f"{claim_ops.TURN_COLUMNS}, 7 AS extra_count, now() AS extra_at"
+    statement = claim_ops.turn_row(
+        sa.text(f"SELECT {columns} FROM think_turns AS s WHERE s.agent_id = :agent_id"),
+        {"extra_count": sa.BigInteger(), "extra_at": UTCDateTime()},
+    )
+    assert statement.positional
+    with jobs.db.read() as conn:
+        row = conn.execute(statement, {"agent_id": agent.id}).one()._mapping
+        stored = turn_ops.head_turn(conn, agent.id)
+    assert list(row.keys()) == [column.name for column in turns.c] + ["extra_count", "extra_at"]
+    assert turn_ops.record_of_row({column.name: row[column.name] for column in turns.c}) == stored
+    assert row["extra_count"] == 7 and row["extra_at"].tzinfo is not None

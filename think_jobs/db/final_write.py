@@ -222,11 +222,8 @@ SELECT {claim_ops.TURN_COLUMNS}, l.admitted AS final_admitted, l.now AS final_no
 FROM leased AS l LEFT JOIN finished AS f ON true LEFT JOIN started AS s ON true"""
     values = [bindparam(name, value=str(value), type_=String()) for name, value in literals.items()]
     data = bindparam("data", type_=messages.c.data.type)
-    return (
-        text(sql)
-        .bindparams(*values, *([data] if reply else []))
-        .columns(*turns.c, **_CLAIMING_TYPES)
-    )
+    clause = text(sql).bindparams(*values, *([data] if reply else []))
+    return claim_ops.turn_row(clause, _CLAIMING_TYPES)
 
 
 def write_final_and_claim(
