@@ -135,6 +135,13 @@ class MessageAssembler:
             metadata=copy.deepcopy(self._metadata),
         )
 
+    def parts_matching(self, keep: Callable[[Part], bool]) -> list[Part]:
+        """Deep copies of the parts so far that ``keep`` accepts: a scan that copies only what
+        it finds (``message`` copies every part)."""
+        self._flush_open_blocks()
+        self._parse_streaming_inputs()
+        return [part.model_copy(deep=True) for part in self._parts if keep(part)]
+
     @property
     def message_id(self) -> str:
         """The message id (a ``start`` chunk with ``messageId`` changes it, as in the AI SDK)."""

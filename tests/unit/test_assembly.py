@@ -310,6 +310,23 @@ def test_snapshots_are_independent_of_later_feeds() -> None:
     assert len(assembler.message.parts) == 2
 
 
+def test_parts_matching_copies_only_the_parts_it_finds_as_they_are_now() -> None:
+    assembler = _assemble(
+        {"type": "start-step"},
+        {"type": "text-start", "id": "t"},
+        {"type": "text-delta", "id": "t", "delta": "open"},
+        {"type": "tool-input-start", "toolCallId": "c1", "toolName": "weather"},
+        {"type": "tool-input-delta", "toolCallId": "c1", "inputTextDelta": '{"city": "Oslo"}'},
+    )
+    texts = assembler.parts_matching(lambda part: part.type == "text")
+    tools = assembler.parts_matching(lambda part: isinstance(part, ToolPart))
+    assert texts == [TextPart(text="open", state="streaming")]  # the open block so far
+    assert len(tools) == 1 and isinstance(tools[0], ToolPart)
+    assert tools[0].input == {"city": "Oslo"}  # the streamed input, parsed
+    tools[0].input["city"] = "Bergen"
+    assert _parts(assembler)[2]["input"] == {"city": "Oslo"}  # a copy: the reply is unchanged
+
+
 def test_continuation_extends_initial_parts() -> None:
     first = _assemble(
         {"type": "start-step"},

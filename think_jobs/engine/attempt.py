@@ -442,7 +442,7 @@ def store_reply(conn: Connection, turn: TurnRecord, message: UIMessage, lease: L
 
 def _steps_so_far(assembler: MessageAssembler) -> int:
     """How many model steps the reply being extended already has."""
-    return sum(1 for part in assembler.message.parts if part.type == "step-start")
+    return len(assembler.parts_matching(lambda part: part.type == "step-start"))
 
 
 def _safely(hook: Callable[..., Any], *args: Any) -> None:

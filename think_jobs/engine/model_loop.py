@@ -38,7 +38,7 @@ from think_jobs.chunks import (
 from think_jobs.domain.records import ApprovalAnswer, ApprovalAsked
 from think_jobs.domain.status import FinalStatus
 from think_jobs.limits import value_problem
-from think_jobs.messages import DynamicToolPart, ToolApproval, ToolPart, UIMessage
+from think_jobs.messages import DynamicToolPart, Part, ToolApproval, ToolPart, UIMessage
 from think_jobs.models.base import Model, ModelRequest
 from think_jobs.observe import tracing
 from think_jobs.tools import Tool
@@ -110,11 +110,12 @@ class TurnRunner:
 
     def _apply_answers(self) -> None:
         """Answered approvals of tool calls still waiting: run the tool, or say it was denied."""
+        if not self.answers:
+            return
         waiting = {
             part.tool_call_id: part
-            for part in self.assembler.message.parts
+            for part in self.assembler.parts_matching(_waits_for_approval)
             if isinstance(part, ToolPart | DynamicToolPart)
-            and part.state in ("approval-requested", "approval-responded")
         }
         for answer in self.answers:
             part = waiting.get(answer.tool_call_id)
@@ -162,8 +163,8 @@ class TurnRunner:
         """Execute server tools whose input is available (or ask for their approval); True if
         any ran or waits (the model is called again, unless an approval is waited for)."""
         ran = False
-        for part in self.assembler.message.parts:
-            if isinstance(part, ToolPart | DynamicToolPart) and part.state == "input-available":
+        for part in self.assembler.parts_matching(_input_available):
+            if isinstance(part, ToolPart | DynamicToolPart):
                 tool = self.request.tools.get(part.tool_name)
                 if tool is None and part.provider_executed:
                     continue
@@ -205,6 +206,17 @@ class TurnRunner:
         message, has_content = self.assembler.message, self.assembler.has_content
         asked = tuple(self.asked) if status == "completed" else ()
         return RunOutcome(status, error, message, has_content, asked)
+
+
+def _waits_for_approval(part: Part) -> bool:
+    return isinstance(part, ToolPart | DynamicToolPart) and part.state in (
+        "approval-requested",
+        "approval-responded",
+    )
+
+
+def _input_available(part: Part) -> bool:
+    return isinstance(part, ToolPart | DynamicToolPart) and part.state == "input-available"
 
 
 def _iterate(model: Model, request: ModelRequest) -> Iterator[Chunk | Mapping[str, Any]]:
