@@ -18,7 +18,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from think_jobs.assembly import MessageAssembler
 from think_jobs.chunks import (
@@ -114,8 +114,7 @@ class TurnRunner:
             return
         waiting = {
             part.tool_call_id: part
-            for part in self.assembler.parts_matching(_waits_for_approval)
-            if isinstance(part, ToolPart | DynamicToolPart)
+            for part in _tool_calls(self.assembler, ("approval-requested", "approval-responded"))
         }
         for answer in self.answers:
             part = waiting.get(answer.tool_call_id)
@@ -163,17 +162,16 @@ class TurnRunner:
         """Execute server tools whose input is available (or ask for their approval); True if
         any ran or waits (the model is called again, unless an approval is waited for)."""
         ran = False
-        for part in self.assembler.parts_matching(_input_available):
-            if isinstance(part, ToolPart | DynamicToolPart):
-                tool = self.request.tools.get(part.tool_name)
-                if tool is None and part.provider_executed:
-                    continue
-                self._check_stop()
-                if tool is not None and _needs_approval(tool, part.input):
-                    self._ask(part)
-                else:
-                    self._send(self._run_tool(part))
-                ran = True
+        for part in _tool_calls(self.assembler, ("input-available",)):
+            tool = self.request.tools.get(part.tool_name)
+            if tool is None and part.provider_executed:
+                continue
+            self._check_stop()
+            if tool is not None and _needs_approval(tool, part.input):
+                self._ask(part)
+            else:
+                self._send(self._run_tool(part))
+            ran = True
         return ran
 
     def _run_tool(self, part: ToolPart | DynamicToolPart) -> Chunk:
@@ -208,15 +206,15 @@ class TurnRunner:
         return RunOutcome(status, error, message, has_content, asked)
 
 
-def _waits_for_approval(part: Part) -> bool:
-    return isinstance(part, ToolPart | DynamicToolPart) and part.state in (
-        "approval-requested",
-        "approval-responded",
-    )
+def _tool_calls(
+    assembler: MessageAssembler, states: tuple[str, ...]
+) -> list[ToolPart | DynamicToolPart]:
+    """Copies of the reply's tool calls in one of ``states`` (only those are copied)."""
 
+    def keep(part: Part) -> bool:
+        return isinstance(part, ToolPart | DynamicToolPart) and part.state in states
 
-def _input_available(part: Part) -> bool:
-    return isinstance(part, ToolPart | DynamicToolPart) and part.state == "input-available"
+    return cast(list[ToolPart | DynamicToolPart], assembler.parts_matching(keep))
 
 
 def _iterate(model: Model, request: ModelRequest) -> Iterator[Chunk | Mapping[str, Any]]:
