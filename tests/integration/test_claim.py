@@ -200,12 +200,12 @@ def test_a_message_holding_nul_is_claimed_by_the_general_path(jobs: ThinkJobs) -
 def test_a_turn_row_is_read_by_position_in_the_order_the_statement_selects(
     jobs: ThinkJobs,
 ) -> None:
-    """The one-statement claims name every column by position (``claim.turn_row``), which is
-    what lets SQLAlchemy keep the result's metadata with the compiled statement; each
-    column still reads back under its own name, with its type."""
+    """The one-statement claims name every column by position (``claim.with_turn_columns``),
+    which is what lets SQLAlchemy keep the result's metadata with the compiled statement;
+    each column still reads back under its own name, with its type."""
     agent, _ = queued(jobs, 1)
     columns = f"{claim_ops.TURN_COLUMNS}, 7 AS extra_count, now() AS extra_at"
-    statement = claim_ops.turn_row(
+    statement = claim_ops.with_turn_columns(
         sa.text(f"SELECT {columns} FROM think_turns AS s WHERE s.agent_id = :agent_id"),
         {"extra_count": sa.BigInteger(), "extra_at": UTCDateTime()},
     )

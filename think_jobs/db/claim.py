@@ -137,7 +137,7 @@ def fresh_cte(*, not_ending: str = "", guard: str = "") -> str:
     return FRESH.format(head=head, nul=_NUL, unappliable=_UNAPPLIABLE, guard=guard)
 
 
-def turn_row(clause: TextClause, after: dict[str, TypeEngine[Any]]) -> TextualSelect:
+def with_turn_columns(clause: TextClause, after: dict[str, TypeEngine[Any]]) -> TextualSelect:
     """``clause`` selecting the turn's columns in order (``TURN_COLUMNS``), then ``after``'s
     in their order: every column given by position, so SQLAlchemy matches them by position
     and caches the result's metadata with the compiled statement (given partly by name, it
@@ -149,7 +149,7 @@ def turn_row(clause: TextClause, after: dict[str, TypeEngine[Any]]) -> TextualSe
 def _statement(lease: str) -> TextualSelect:
     """The statement for one lease condition; its first columns are the turn's, in order."""
     sql = _SQL.format(fresh=fresh_cte(), lease=lease, started=STARTED.format(after=""))
-    return turn_row(text(sql), _TYPES)
+    return with_turn_columns(text(sql), _TYPES)
 
 
 _TAKE, _RENEW = _statement(_FREE), _statement(_OURS)

@@ -223,7 +223,7 @@ FROM leased AS l LEFT JOIN finished AS f ON true LEFT JOIN started AS s ON true"
     values = [bindparam(name, value=str(value), type_=String()) for name, value in literals.items()]
     data = bindparam("data", type_=messages.c.data.type)
     clause = text(sql).bindparams(*values, *([data] if reply else []))
-    return claim_ops.turn_row(clause, _CLAIMING_TYPES)
+    return claim_ops.with_turn_columns(clause, _CLAIMING_TYPES)
 
 
 def write_final_and_claim(
