@@ -104,6 +104,10 @@ def configure_for_tests(app: Celery, jobs: ThinkJobs) -> None:
             "unacked_key": private,
             "unacked_index_key": f"{private}_index",
             "unacked_mutex_key": f"{private}_mutex",
+            # Each worker takes this mutex for its restore scan, every second here. A worker
+            # SIGKILLed while it holds it (a step that kills its own worker can land there)
+            # leaves it taken until it expires: kombu's 300 s would outlast the test's wait.
+            "unacked_mutex_expire": 5,
         }
     retries = os.environ.get("TJ_TEST_TURN_RETRIES")
     if retries:
