@@ -4,10 +4,10 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app
 
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY think_jobs ./think_jobs
 COPY web ./web
-RUN pip install ".[postgres,openai]" gunicorn \
+RUN pip install -c constraints.txt ".[postgres,openai]" gunicorn \
     && useradd --create-home --uid 10001 think
 USER think
 

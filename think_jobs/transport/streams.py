@@ -91,7 +91,7 @@ class Outcome(IntEnum):
 
 def open_pubsub(client: redis.Redis) -> PubSub:
     """A pub/sub connection that skips subscribe confirmations."""
-    pubsub: PubSub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    pubsub: PubSub = client.pubsub(ignore_subscribe_messages=True)
     return pubsub
 
 
