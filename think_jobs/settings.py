@@ -199,7 +199,7 @@ class Settings(BaseSettings):
         21_600,
         gt=0,
         description="Redis transport visibility timeout (longer than any turn or workflow "
-        "step wait).",
+        "step wait); kombu's scans for expired messages and their lock are sized from it.",
     )
     result_backend_url: str | None = Field(
         None,

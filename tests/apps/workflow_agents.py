@@ -3,10 +3,11 @@ from here (``think-jobs worker --app tests.apps.workflow_agents:jobs``); setting
 THINK_JOBS_* env.
 
 Test knobs, read at import (so only the workers of the test that sets them see them):
-``TJ_TEST_VISIBILITY_TIMEOUT_S`` shortens the broker's visibility timeout (and makes every
-worker look for expired unacked messages every second), so the step a killed worker held comes
-back within seconds; ``TJ_TEST_TURN_RETRIES`` makes Celery retry a failed turn step that many
-times (``autoretry_for`` through ``task_annotations``, as a user would configure it).
+``TJ_TEST_PRIVATE_UNACKED`` gives the workers an unacked-message registry of their own (a
+test that shortens ``THINK_JOBS_BROKER_VISIBILITY_TIMEOUT_S`` must not redeliver the messages
+of other test runs sharing the Redis); ``TJ_TEST_TURN_RETRIES`` makes Celery retry a failed
+turn step that many times (``autoretry_for`` through ``task_annotations``, as a user would
+configure it).
 """
 
 from __future__ import annotations
@@ -90,24 +91,17 @@ def register_steps(app: Celery, jobs: ThinkJobs) -> None:
 
 
 def configure_for_tests(app: Celery, jobs: ThinkJobs) -> None:
-    timeout = os.environ.get("TJ_TEST_VISIBILITY_TIMEOUT_S")
-    if timeout:
+    if os.environ.get("TJ_TEST_PRIVATE_UNACKED"):
         # The unacked registry is per Redis db by default and the test Redis is shared with
-        # other test runs: a private one keeps this short timeout from re-delivering their
-        # messages.
+        # other test runs. Only the keys change: how often the workers look for expired
+        # messages, and how long their lock lasts, are think-jobs' own (sized from the
+        # visibility timeout, ``celery_redis.restore_options``), which is what is tested.
         private = f"{jobs.keys.prefix}:unacked"
         app.conf.broker_transport_options = {
             **app.conf.broker_transport_options,
-            "visibility_timeout": float(timeout),
-            "unacked_restore_interval": 1,
-            "unacked_restore_throttle": 1,
             "unacked_key": private,
             "unacked_index_key": f"{private}_index",
             "unacked_mutex_key": f"{private}_mutex",
-            # Each worker takes this mutex for its restore scan, every second here. A worker
-            # SIGKILLed while it holds it (a step that kills its own worker can land there)
-            # leaves it taken until it expires: kombu's 300 s would outlast the test's wait.
-            "unacked_mutex_expire": 5,
         }
     retries = os.environ.get("TJ_TEST_TURN_RETRIES")
     if retries:

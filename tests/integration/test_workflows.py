@@ -184,7 +184,8 @@ def test_step_redelivered_after_its_worker_is_killed_submits_once(
 ) -> None:
     """Fragile SIGKILLs the worker running the step right after the step submitted: the step's
     message was neither acked nor re-scheduled. It comes back (visibility timeout, shortened
-    for this test) to the other worker, finds its submission by key and finishes the chain."""
+    for this test: the only setting changed, think-jobs sizes kombu's restore scans and lock
+    from it) to the other worker, finds its submission by key and finishes the chain."""
     turn_id = new_id("fragile")
     workflow = chain(
         jobs.turn.s("Fragile", "f1", messages=[directive(label="once", text="survived")]).set(
@@ -192,7 +193,8 @@ def test_step_redelivered_after_its_worker_is_killed_submits_once(
         ),
         step(jobs, "tests.post", channel="#ops"),
     )
-    with workers(settings_env, TJ_TEST_VISIBILITY_TIMEOUT_S="3") as processes:
+    short = {"THINK_JOBS_BROKER_VISIBILITY_TIMEOUT_S": "3", "TJ_TEST_PRIVATE_UNACKED": "1"}
+    with workers(settings_env, **short) as processes:
         final = workflow.apply_async().get(timeout=TIMEOUT_S)
         killed = [p for p in processes if p.process.poll() is not None]
 

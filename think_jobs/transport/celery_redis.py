@@ -13,10 +13,14 @@ Celery treats as fatal.
 
 Used for ``redis://`` brokers only (``transport_for``); ``rediss://``, Sentinel and other
 brokers keep kombu's transport as their URL names it.
+
+``restore_options`` sizes kombu's redelivery of unacknowledged messages (any Redis broker)
+from the visibility timeout, so that shortening it is enough.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Final
 
 import redis
@@ -25,6 +29,10 @@ from kombu.transport import redis as kombu_redis
 from think_jobs.transport.celery_messages import is_plain_redis
 
 TRANSPORT: Final = "think_jobs.transport.celery_redis:Transport"
+
+# kombu 5's own values: a restore scan every 10 s x 10 calls, its lock held at most 300 s.
+_KOMBU_SCAN_PERIOD_S: Final = 100
+_KOMBU_MUTEX_EXPIRE_S: Final = 300
 
 
 class Channel(kombu_redis.Channel):
@@ -54,3 +62,25 @@ def transport_for(broker_url: str) -> str | None:
     """The transport to name in Celery's ``broker_transport`` for ``broker_url`` (None: the
     one its scheme names)."""
     return TRANSPORT if is_plain_redis(broker_url) else None
+
+
+def restore_options(visibility_timeout_s: float) -> dict[str, Any]:
+    """kombu's broker transport options for redelivering unacknowledged messages, sized from
+    the visibility timeout.
+
+    kombu looks for messages unacked past the timeout every ``unacked_restore_interval`` times
+    ``unacked_restore_throttle`` seconds (100 s) and takes a lock for each look that expires
+    after ``unacked_mutex_expire`` (300 s): a worker killed holding it stops every worker's
+    restores until then. Both are fine for the six-hour default and dwarf a shortened timeout,
+    so each is brought down to a tenth of the timeout (scans, at least 1 s apart) and to the
+    timeout itself (the lock). Two workers restoring at once is harmless: kombu moves each
+    message back in a transaction on the unacked hash, so only one of them moves it.
+    """
+    period_s = max(1, min(_KOMBU_SCAN_PERIOD_S, int(visibility_timeout_s / 10)))
+    options: dict[str, Any] = {
+        "visibility_timeout": visibility_timeout_s,
+        "unacked_mutex_expire": max(1, min(_KOMBU_MUTEX_EXPIRE_S, math.ceil(visibility_timeout_s))),
+    }
+    if period_s < _KOMBU_SCAN_PERIOD_S:
+        options |= {"unacked_restore_interval": period_s, "unacked_restore_throttle": 1}
+    return options

@@ -42,7 +42,7 @@ def create_celery_app(jobs: ThinkJobs) -> Celery:
         broker_transport=celery_redis.transport_for(settings.effective_broker_url),
         worker_consumer="think_jobs.worker.consumer:Consumer",  # reconnects within ~1 s
         broker_transport_options={
-            "visibility_timeout": settings.broker_visibility_timeout_s,
+            **celery_redis.restore_options(settings.broker_visibility_timeout_s),
             "socket_connect_timeout": 2,
         },
         enable_utc=True,
