@@ -193,8 +193,8 @@ def test_step_redelivered_after_its_worker_is_killed_submits_once(
         ),
         step(jobs, "tests.post", channel="#ops"),
     )
-    short = {"THINK_JOBS_BROKER_VISIBILITY_TIMEOUT_S": "3", "TJ_TEST_PRIVATE_UNACKED": "1"}
-    with workers(settings_env, **short) as processes:
+    short = {**settings_env, "THINK_JOBS_BROKER_VISIBILITY_TIMEOUT_S": "3"}
+    with workers(short, TJ_TEST_PRIVATE_UNACKED="1") as processes:
         final = workflow.apply_async().get(timeout=TIMEOUT_S)
         killed = [p for p in processes if p.process.poll() is not None]
 
