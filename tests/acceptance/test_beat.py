@@ -26,6 +26,7 @@ from tests.apps.scheduled_agents import (
     stored,
 )
 from tests.support.builders import texts, wait_for_status
+from tests.support.fencing_faults import skewed
 from tests.support.processes import (
     ROOT,
     ManagedProcess,
@@ -34,6 +35,7 @@ from tests.support.processes import (
     worker_processes,
 )
 from think_jobs import SubmissionInspection, Think, ThinkJobs
+from think_jobs.db.dialect import server_now
 from think_jobs.scheduled_task import occurrence_key
 from think_jobs.scheduling import next_occurrence
 from think_jobs.testing import wait_until
@@ -127,6 +129,28 @@ def test_beat_and_a_worker_fire_an_every_minute_prompt(
     row = stored(agent)["digest"]
     assert row.next_run_at > due and (row.next_run_at.second, row.next_run_at.microsecond) == (0, 0)
     assert f"digest of Reporter:acme for {due.isoformat()}" in beats[0].fired()
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+@pytest.mark.parametrize("offset", ["+90s", "-90s"])
+def test_a_beat_whose_clock_is_off_fires_by_the_databases_clock(
+    local: ThinkJobs, env: dict[str, str], offset: str
+) -> None:
+    """Beat runs 90 s ahead of (or behind) the database server (libfaketime); an occurrence
+    due 3 s from now by the database's clock fires then, not 87 s early (or 93 s late): the
+    submission the fire creates is stamped by the database no earlier than the occurrence,
+    and within a few of beat's 0.2 s ticks of it. (SQLite has no server clock: every process
+    reads its machine's.)"""
+    agent = local.get_agent(Reporter, "skewed")
+    agent.start()
+    with worker_processes(env, count=1, app=APP), beat_processes(skewed(env, offset)) as beats:
+        with local.db.read() as conn:
+            due = server_now(conn).replace(microsecond=0) + timedelta(seconds=3)
+        make_due(agent, "digest", at=due)
+        key = occurrence_key("Reporter", "skewed", "digest", due)
+        found = wait_until(lambda: submission_for(agent, key), 30, message=lambda: output_of(beats))
+    assert due <= found.created_at < due + timedelta(seconds=5)
+    assert stored(agent)["digest"].next_run_at > due
 
 
 def test_two_beats_give_one_submission_per_occurrence(

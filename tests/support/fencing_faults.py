@@ -27,6 +27,9 @@ from think_jobs.testing import wait_until
 APP = "tests.apps.agents:jobs"
 
 
+_FAKETIME_SLEEP = Path(__file__).parent / "faketime_sleep"
+
+
 def _faketime() -> str:
     found = sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))
     if not found:
@@ -222,9 +225,13 @@ def _through(env: dict[str, str], server: str, proxy: Proxy) -> dict[str, str]:
 
 
 def skewed(env: dict[str, str], offset: str) -> dict[str, str]:
-    """A worker whose clock is ``offset`` off (libfaketime, e.g. ``+60s``)."""
+    """A worker whose clock is ``offset`` off (libfaketime, e.g. ``+60s``); its ``time.sleep``
+    waits in ``select`` (``faketime_sleep/sitecustomize.py`` says why)."""
+    inherited = env.get("PYTHONPATH", os.environ.get("PYTHONPATH"))
+    path = [str(_FAKETIME_SLEEP), *filter(None, [inherited])]
     return {
         **env,
+        "PYTHONPATH": os.pathsep.join(path),
         "LD_PRELOAD": _faketime(),
         "FAKETIME": offset,
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",

@@ -7,11 +7,11 @@ executing a cached one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import BindParameter, Connection, Float, Table, bindparam
+from sqlalchemy import BindParameter, Connection, Float, Table, bindparam, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -85,6 +85,15 @@ class db_now_plus(FunctionElement[datetime]):
     type = UTCDateTime()
     inherit_cache = True
     name = "db_now_plus"
+
+
+def server_now(conn: Connection) -> datetime:
+    """The database server's clock now (SQLite: this process's, which shares the machine):
+    what a decision taken in Python, such as which schedules are due, compares with."""
+    if conn.dialect.name == "sqlite":
+        return datetime.now(UTC)
+    now: datetime = conn.execute(select(db_now())).scalar_one()
+    return now
 
 
 @compiles(db_now, "postgresql")

@@ -25,8 +25,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final
 
-from think_jobs.context import utcnow
 from think_jobs.db import schedules as schedule_ops
+from think_jobs.db.dialect import server_now
 from think_jobs.db.schedules import ScheduleSpec
 from think_jobs.engine import submissions
 from think_jobs.engine.ports import AgentHooks, Services
@@ -122,6 +122,14 @@ def code_tasks(agent: AgentHooks) -> dict[str, CodeTask]:
 
 
 # -- arming ------------------------------------------------------------------------------------
+# Occurrences are computed from, and compared with, the database server's clock (PostgreSQL;
+# SQLite: the machine's), so a beat or a worker whose clock is off neither fires early nor late.
+
+
+def database_clock(services: Services) -> datetime:
+    """The database server's clock now (``db.dialect.server_now``)."""
+    with services.db.read() as conn:
+        return server_now(conn)
 
 
 def arm_agent(services: Services, agent: AgentHooks, agent_id: int) -> None:
@@ -129,15 +137,15 @@ def arm_agent(services: Services, agent: AgentHooks, agent_id: int) -> None:
     declared = code_tasks(agent)
     if not declared:
         return
-    now = utcnow()
-    specs = [code.spec(task_id, now=now) for task_id, code in declared.items()]
     with services.db.write() as conn:
+        now = server_now(conn)
+        specs = [code.spec(task_id, now=now) for task_id, code in declared.items()]
         schedule_ops.insert_missing(conn, agent_id, specs, now=now)
 
 
 def reconcile(services: Services, *, now: datetime | None = None) -> ReconcileReport:
     """Bring every stored schedule of every registered class in line with the code."""
-    now = now or utcnow()
+    now = now or database_clock(services)
     report = ReconcileReport()
     for agent_type in services.agents.agent_types:
         report += _reconcile_type(services, agent_type, now)
@@ -195,7 +203,7 @@ def run_now(
         raise ScheduleError(
             f'{agent.agent_type} has no scheduled task "{task_id}" (declared: {declared})'
         )
-    when = _to_ms(scheduled_for if scheduled_for is not None else utcnow())
+    when = _to_ms(scheduled_for if scheduled_for is not None else database_clock(services))
     return _act_with_retries(services, agent, task_id, code, when)
 
 
@@ -224,11 +232,13 @@ def next_runs(services: Services, agent: AgentHooks) -> dict[str, datetime]:
     """Each declared task's next run: the armed one, or the one arming would give now."""
     declared = code_tasks(agent)
     agent_id = services.agents.agent_id_of(agent, create=False)
+    if not declared:
+        return {}
     stored: dict[str, datetime] = {}
-    if agent_id is not None and declared:
-        with services.db.read() as conn:
+    with services.db.read() as conn:
+        now = server_now(conn)
+        if agent_id is not None:
             stored = {s.task_id: s.next_run_at for s in schedule_ops.for_agent(conn, agent_id)}
-    now = utcnow()
     return {
         task_id: stored.get(task_id) or next_occurrence(code.schedule, now=now)
         for task_id, code in declared.items()

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Final
 from celery.beat import Scheduler
 from sqlalchemy import Connection
 
-from think_jobs.context import utcnow
 from think_jobs.db import schedules as schedule_ops
+from think_jobs.db.dialect import server_now
 from think_jobs.db.schedules import StoredSchedule
 from think_jobs.engine import schedules
 from think_jobs.errors import ConfigurationError, ScheduleError, ThinkJobsError
@@ -69,7 +69,7 @@ class Claim:
 def fire_due(jobs: ThinkJobs, *, now: datetime | None = None, limit: int = CLAIM_BATCH) -> int:
     """Claim up to ``limit`` due occurrences and send their fires; returns how many were sent
     (when the broker is down, the claims not sent are given back)."""
-    claims = claim_due(jobs, now=now or utcnow(), limit=limit)
+    claims = claim_due(jobs, now=now, limit=limit)
     for index, claim in enumerate(claims):
         if not send_fire(jobs, claim):  # do not wait on a dead broker once per claim
             give_back(jobs, claims[index:])
@@ -77,14 +77,19 @@ def fire_due(jobs: ThinkJobs, *, now: datetime | None = None, limit: int = CLAIM
     return len(claims)
 
 
-def claim_due(jobs: ThinkJobs, *, now: datetime, limit: int = CLAIM_BATCH) -> list[Claim]:
-    """Take the due occurrences no other beat took, arming each row's next one.
+def claim_due(
+    jobs: ThinkJobs, *, now: datetime | None = None, limit: int = CLAIM_BATCH
+) -> list[Claim]:
+    """Take the occurrences due by ``now`` (None: the database server's clock, so a beat
+    whose own clock is off fires neither early nor late) that no other beat took, arming each
+    row's next one.
 
     The look is a read (an idle tick takes no write lock); rows due at the same instant with
     the same schedule are claimed by one conditional UPDATE, so 10,000 agents with a daily
     report at 09:00 cost a few statements, not 10,000.
     """
     with jobs.db.read() as conn:
+        now = now or server_now(conn)
         rows = schedule_ops.due(conn, jobs.agent_types, now=now, limit=limit)
     if not rows:
         return []
