@@ -231,9 +231,9 @@ def _act_with_retries(
 def next_runs(services: Services, agent: AgentHooks) -> dict[str, datetime]:
     """Each declared task's next run: the armed one, or the one arming would give now."""
     declared = code_tasks(agent)
-    agent_id = services.agents.agent_id_of(agent, create=False)
     if not declared:
         return {}
+    agent_id = services.agents.agent_id_of(agent, create=False)
     stored: dict[str, datetime] = {}
     with services.db.read() as conn:
         now = server_now(conn)
