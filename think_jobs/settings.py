@@ -195,6 +195,13 @@ class Settings(BaseSettings):
         description="First wait before a failed scheduled task is tried again (doubles, "
         "at most 5 minutes).",
     )
+    schedule_fire_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="How long a claimed occurrence may go unfired before beat sends it again "
+        "(a fire lost with a killed process or an emptied Redis); longer than any handler "
+        "runs.",
+    )
     broker_visibility_timeout_s: float = Field(
         21_600,
         gt=0,

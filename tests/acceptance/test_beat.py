@@ -31,6 +31,7 @@ from tests.support.processes import (
     ROOT,
     ManagedProcess,
     WorkerProcess,
+    private_redis,
     think_jobs_command,
     worker_processes,
 )
@@ -151,6 +152,37 @@ def test_a_beat_whose_clock_is_off_fires_by_the_databases_clock(
         found = wait_until(lambda: submission_for(agent, key), 30, message=lambda: output_of(beats))
     assert due <= found.created_at < due + timedelta(seconds=5)
     assert stored(agent)["digest"].next_run_at > due
+
+
+def test_a_fire_lost_with_redis_restarted_empty_is_sent_again(
+    make_jobs: Callable[..., ThinkJobs], env: dict[str, str]
+) -> None:
+    """Beat fires an occurrence while no worker runs; Redis is then restarted empty, taking
+    the fire message with it. The occurrence was kept in the database until fired, so beat
+    sends it again once ``schedule_fire_timeout_s`` has passed, and a worker fires it once."""
+    with private_redis() as server:
+        lossy = {
+            **env,
+            "THINK_JOBS_REDIS_URL": server.url,
+            "THINK_JOBS_BROKER_URL": server.url,
+            "THINK_JOBS_SCHEDULE_FIRE_TIMEOUT_S": "2",
+        }
+        jobs = make_jobs(redis_url=server.url, broker_url=server.url)
+        jobs.register(Reporter)
+        agent = jobs.get_agent(Reporter, "lost")
+        agent.start()
+        with beat_processes(lossy) as beats:
+            due = make_due(agent, "digest")
+            wait_until(lambda: fire_line("lost", due) in beats[0].fired(), 30)
+            server.stop()  # the fire message was in Redis only
+            server.start()
+            with worker_processes(lossy, count=1, app=APP):
+                key = occurrence_key("Reporter", "lost", "digest", due)
+                found = wait_until(lambda: submission_for(agent, key), 30)
+                wait_for_status(agent, found.submission_id, "completed", timeout_s=30)
+        again = beats[0].lines(f"sent again digest of Reporter:lost for {due.isoformat()}")
+    assert len(again) == 1
+    assert [s.idempotency_key for s in agent.list_submissions()].count(key) == 1
 
 
 def test_two_beats_give_one_submission_per_occurrence(

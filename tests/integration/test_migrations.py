@@ -1,11 +1,13 @@
 """The migrations, on SQLite and PostgreSQL: an empty database brought to head has exactly the
-schema ``db.tables`` mirrors; 0006 (tool approvals) from revision 0005's database and 0007 (the
-status listing index) from 0006's, each with rows stored before that read back after."""
+schema ``db.tables`` mirrors; 0006 (tool approvals) from revision 0005's database, 0007 (the
+status listing index) from 0006's and 0008 (kept schedule occurrences) from 0007's, each with
+rows stored before that read back after."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -15,12 +17,13 @@ from alembic.migration import MigrationContext
 from sqlalchemy import text
 
 from tests.conftest import _pg_admin, _sqlalchemy_pg
+from think_jobs.db import schedules as schedule_ops
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.engine import Database
 from think_jobs.db.migrate import current_revision, upgrade
 from think_jobs.db.tables import VERSION_TABLE, Base
 
-HEAD = "0007"
+HEAD = "0008"
 
 
 @pytest.fixture
@@ -124,3 +127,35 @@ def test_from_revision_0006_with_submissions_stored(empty_url: str) -> None:
     assert [turn.request_id for turn in found] == ["r4", "r3", "r2"]
     listing = next(i for i in indexes if i["name"] == "ix_think_turns_status_listing")
     assert listing["column_names"] == ["agent_id", "kind", "status", "created_at", "request_id"]
+
+
+def test_from_revision_0007_with_a_schedule_stored(empty_url: str) -> None:
+    """0008 adds the kept occurrences: an armed schedule reads back, a claim keeps its
+    occurrence, and removing the schedule removes what it kept."""
+    database = Database(empty_url, pool_size=1)
+    due = datetime(2026, 12, 4, 9, 0, tzinfo=UTC)
+    try:
+        upgrade(database, "0007")
+        with database.write() as conn:
+            conn.execute(text(_AGENT_SQL), {"admitted": 0})
+            spec = schedule_ops.ScheduleSpec("digest", "every 1 hour", None, due)
+            schedule_ops.insert_missing(conn, 1, [spec], now=due)  # as 0007's code armed it
+        upgrade(database)
+        assert current_revision(database) == HEAD
+        with database.write() as conn:
+            [row] = schedule_ops.for_agent(conn, 1)
+            taken = schedule_ops.claim(
+                conn, [row.id], due_at=due, next_run_at=due + timedelta(hours=1), now=due
+            )
+            schedule_ops.record_fires(conn, taken, due_at=due, resend_at=due)
+        with database.read() as conn:
+            [overdue] = schedule_ops.overdue_fires(conn, ["T"], now=due, limit=10)
+        with database.write() as conn:
+            conn.execute(text("DELETE FROM think_schedules"))
+        with database.read() as conn:
+            left = conn.execute(text("SELECT count(*) FROM think_schedule_fires")).scalar_one()
+    finally:
+        database.close()
+    assert (row.task_id, row.next_run_at) == ("digest", due)
+    assert (overdue.address, overdue.due_at, overdue.attempt) == ("T:a", due, 1)
+    assert left == 0

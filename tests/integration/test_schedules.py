@@ -28,7 +28,7 @@ from tests.apps.scheduled_agents import (
 )
 from tests.support.builders import texts, user, wait_for_status
 from tests.support.processes import free_port
-from think_jobs import ScheduleError, Think, ThinkJobs
+from think_jobs import ScheduleError, SubmissionInspection, Think, ThinkJobs
 from think_jobs.context import utcnow
 from think_jobs.db import schedules as schedule_ops
 from think_jobs.db.tables import turns
@@ -360,6 +360,15 @@ def due_alone(agent: Think, task_id: str) -> datetime:
     return make_due(agent, task_id)
 
 
+def beat_tick(
+    jobs: ThinkJobs, records: list[logging.LogRecord], level: int, ending: str = ""
+) -> list[logging.LogRecord]:
+    """One tick of beat (it sends each next attempt of a failed fire once its backoff has
+    passed); then the records at ``level`` ending with ``ending``."""
+    fire_due(jobs)
+    return [r for r in records if r.levelno == level and r.getMessage().endswith(ending)]
+
+
 def test_a_failing_handler_is_retried_up_to_max_attempts_and_the_next_run_stays_armed(
     sjobs: ThinkJobs,
 ) -> None:
@@ -369,7 +378,7 @@ def test_a_failing_handler_is_retried_up_to_max_attempts_and_the_next_run_stays_
     with captured("think_jobs.engine.schedules") as records, worker(sjobs):
         fired_after = utcnow()
         assert fire_due(sjobs) == 1
-        gave_up = wait_until(lambda: [r for r in records if r.levelno == logging.ERROR])
+        gave_up = wait_until(lambda: beat_tick(sjobs, records, logging.ERROR))
     assert "failed after 3 attempts" in gave_up[0].getMessage()
     key = occurrence_key("Janitor", "j", "flaky", due)
     events = read_events(sjobs)
@@ -389,9 +398,94 @@ def test_a_handler_that_recovers_runs_until_it_succeeds(sjobs: ThinkJobs) -> Non
     due_alone(agent, "recovers")
     with captured("think_jobs.engine.schedules") as records, worker(sjobs):
         assert fire_due(sjobs) == 1
-        wait_until(lambda: any(r.getMessage().endswith(": handled") for r in records))
+        wait_until(lambda: beat_tick(sjobs, records, logging.INFO, ": handled"))
     assert [e["attempt"] for e in read_events(sjobs)] == [1, 2, 3]
     assert not [r for r in records if r.levelno >= logging.ERROR]
+
+
+# -- kept occurrences: a lost fire is sent again ---------------------------------------------
+
+
+def kept(jobs: ThinkJobs) -> list[tuple[int, datetime, int]]:
+    """Occurrences beat keeps until fired: (schedule id, due, attempt)."""
+    fires = schedule_ops.fires
+    with jobs.db.read() as conn:
+        rows = conn.execute(select(fires.c.schedule_id, fires.c.due_at, fires.c.attempt))
+        return [(row.schedule_id, row.due_at, row.attempt) for row in rows]
+
+
+def submission_for(agent: Think, key: str) -> SubmissionInspection | None:
+    return next((s for s in agent.list_submissions() if s.idempotency_key == key), None)
+
+
+def lose_queued_messages(jobs: ThinkJobs) -> int:
+    """What a broker restarted empty does to the messages waiting in the queue."""
+    return int(jobs.redis.delete(jobs.settings.queue))
+
+
+def test_a_fire_lost_before_any_worker_took_it_is_sent_again_after_the_timeout(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    sjobs = with_agents(make_jobs(**FAST, schedule_fire_timeout_s=1.0))
+    agent = sjobs.get_agent(Reporter, "acme")
+    agent.start()
+    due = due_alone(agent, "digest")
+    key = occurrence_key("Reporter", "acme", "digest", due)
+    assert fire_due(sjobs) == 1
+    [(_, kept_due, attempt)] = kept(sjobs)
+    assert (kept_due, attempt) == (due, 1)
+    assert lose_queued_messages(sjobs) == 1
+    assert fire_due(sjobs) == 0  # within the timeout: nothing is sent twice
+    with worker(sjobs):
+        found = wait_until(lambda: (fire_due(sjobs), submission_for(agent, key))[1], 30)
+        wait_for_status(agent, found.submission_id, "completed")
+        wait_until(lambda: not kept(sjobs), 10)
+    [submission] = [s for s in agent.list_submissions() if s.idempotency_key == key]
+    assert submission.metadata["scheduled_for"] == due.isoformat()  # type: ignore[index]
+
+
+def test_a_fired_occurrence_is_forgotten_and_never_sent_again(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    sjobs = with_agents(make_jobs(**FAST, schedule_fire_timeout_s=0.5))
+    agent = sjobs.get_agent(Reporter, "acme")
+    agent.start()
+    due = due_alone(agent, "digest")
+    with worker(sjobs):
+        assert fire_due(sjobs) == 1
+        wait_until(lambda: not kept(sjobs), 30)
+        later = utcnow() + timedelta(seconds=1)  # past the timeout: a kept one would be due
+        assert fire_due(sjobs, now=later) == 0
+    key = occurrence_key("Reporter", "acme", "digest", due)
+    assert [s.idempotency_key for s in agent.list_submissions()].count(key) == 1
+
+
+def test_a_fire_sent_again_after_it_was_fired_does_nothing(sjobs: ThinkJobs) -> None:
+    """Its first message was only late: the second finds the occurrence no longer kept."""
+    agent = sjobs.get_agent(Janitor, "j")
+    agent.start()
+    due = due_alone(agent, "tidy")
+    with worker(sjobs):
+        assert fire_due(sjobs) == 1
+        wait_until(lambda: read_events(sjobs) and not kept(sjobs), 30)
+    again = schedule_api.fire(sjobs.services, agent_id(agent), "tidy", due, kept=True)
+    assert again == schedule_api.Fired(schedule_api.FireOutcome.FIRED_ALREADY)
+    assert len(read_events(sjobs)) == 1  # the handler ran once
+
+
+def test_a_fire_message_of_an_older_beat_is_still_fired_and_retried_by_celery(
+    sjobs: ThinkJobs,
+) -> None:
+    """Messages sent before ``think_schedule_fires`` carry no attempt (a rolling upgrade)."""
+    agent = sjobs.get_agent(Janitor, "j")
+    agent.start()
+    due = due_alone(agent, "recovers")
+    args = [agent_id(agent), "recovers", due.isoformat()]
+    with captured("think_jobs.engine.schedules") as records, worker(sjobs):
+        sjobs.celery.send_task(schedule_api.FIRE_TASK, args=args, queue=sjobs.settings.queue)
+        wait_until(lambda: any(r.getMessage().endswith(": handled") for r in records))
+    assert [e["attempt"] for e in read_events(sjobs)] == [1, 2, 3]
+    assert kept(sjobs) == []
 
 
 # -- run now -----------------------------------------------------------------------------------

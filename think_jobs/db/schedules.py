@@ -5,8 +5,13 @@ occurrence is claimed by moving ``next_run_at`` forward with a conditional UPDAT
 beat whose UPDATE still sees the old value wins), and code changes are applied with set-based
 statements per agent type that touch only the rows that differ.
 
-The table is declared on the same ``Base`` as ``tables.py`` so the metadata Alembic compares
-against sees it; migration ``0002`` creates it.
+``think_schedule_fires`` holds each claimed occurrence until a worker has fired it: the claim
+inserts it in the same transaction, the worker deletes it when the occurrence has its outcome,
+and beat sends it again while it is still there past ``resend_at`` — so a fire message lost
+with a killed beat, a killed worker or a Redis restarted empty is sent again, not lost.
+
+The tables are declared on the same ``Base`` as ``tables.py`` so the metadata Alembic compares
+against sees them; migrations ``0002`` and ``0008`` create them.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from typing import Any, cast
 
 from sqlalchemy import (
     Connection,
+    Float,
     ForeignKey,
     Index,
+    Integer,
     Row,
     String,
     Table,
@@ -32,7 +39,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from think_jobs.db.dialect import insert_ignoring_conflicts
+from think_jobs.db.dialect import db_now_plus, insert_ignoring_conflicts
 from think_jobs.db.tables import ID, Base, UTCDateTime, agents
 from think_jobs.keys import agent_address
 
@@ -57,6 +64,23 @@ class ScheduleRow(Base):
 
 
 schedules = cast(Table, ScheduleRow.__table__)
+
+
+class FireRow(Base):
+    """An occurrence claimed and not yet fired: sent again by beat from ``resend_at`` on."""
+
+    __tablename__ = "think_schedule_fires"
+    __table_args__ = (Index("ix_think_schedule_fires_resend", "resend_at"),)
+
+    schedule_id: Mapped[int] = mapped_column(
+        ID, ForeignKey("think_schedules.id", ondelete="CASCADE"), primary_key=True
+    )
+    due_at: Mapped[datetime] = mapped_column(primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    resend_at: Mapped[datetime]
+
+
+fires = cast(Table, FireRow.__table__)
 
 
 @dataclass(frozen=True)
@@ -270,3 +294,111 @@ def list_all(conn: Connection) -> list[StoredSchedule]:
     """Every stored schedule, by agent type, agent name and task id."""
     query = _select_stored().order_by(agents.c.agent_type, agents.c.agent_name, schedules.c.task_id)
     return [_stored(row) for row in conn.execute(query)]
+
+
+# -- kept occurrences ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeptFire:
+    """A claimed occurrence no worker has fired yet, with what its message carries."""
+
+    schedule_id: int
+    agent_id: int
+    agent_type: str
+    agent_name: str
+    task_id: str
+    due_at: datetime
+    attempt: int
+    resend_at: datetime
+
+    @property
+    def address(self) -> str:
+        """``<type>:<name>`` of the agent."""
+        return agent_address(self.agent_type, self.agent_name)
+
+
+def record_fires(
+    conn: Connection, schedule_ids: Collection[int], *, due_at: datetime, resend_at: datetime
+) -> None:
+    """Keep the occurrence ``due_at`` of these rows until it is fired (in the claim's
+    transaction); one kept already is left as it is."""
+    if not schedule_ids:
+        return
+    rows = [
+        {"schedule_id": schedule_id, "due_at": due_at, "attempt": 1, "resend_at": resend_at}
+        for schedule_id in schedule_ids
+    ]
+    conn.execute(insert_ignoring_conflicts(conn, fires), rows)
+
+
+def overdue_fires(
+    conn: Connection, agent_types: Iterable[str], *, now: datetime, limit: int
+) -> list[KeptFire]:
+    """Kept occurrences of these agent types due to be sent again, oldest first."""
+    types = list(agent_types)
+    if not types:
+        return []
+    query = (
+        select(
+            fires.c.schedule_id,
+            schedules.c.agent_id,
+            agents.c.agent_type,
+            agents.c.agent_name,
+            schedules.c.task_id,
+            fires.c.due_at,
+            fires.c.attempt,
+            fires.c.resend_at,
+        )
+        .join(schedules, schedules.c.id == fires.c.schedule_id)
+        .join(agents, agents.c.id == schedules.c.agent_id)
+        .where(fires.c.resend_at <= now, agents.c.agent_type.in_(types))
+        .order_by(fires.c.resend_at, fires.c.schedule_id)
+        .limit(limit)
+    )
+    return [KeptFire(**row._asdict()) for row in conn.execute(query)]
+
+
+def postpone_fire(conn: Connection, fire: KeptFire, *, resend_at: datetime) -> bool:
+    """Take ``fire`` for sending again by moving its ``resend_at`` on; False when another beat
+    took it first, or a worker fired it meanwhile."""
+    statement = update(fires).where(
+        fires.c.schedule_id == fire.schedule_id,
+        fires.c.due_at == fire.due_at,
+        fires.c.resend_at == fire.resend_at,
+    )
+    return conn.execute(statement.values(resend_at=resend_at)).rowcount == 1
+
+
+def _fire_of(agent_id: int, task_id: str, due_at: datetime) -> Any:
+    schedule = select(schedules.c.id).where(
+        schedules.c.agent_id == agent_id, schedules.c.task_id == task_id
+    )
+    return (fires.c.schedule_id == schedule.scalar_subquery()) & (fires.c.due_at == due_at)
+
+
+def is_kept(conn: Connection, agent_id: int, task_id: str, due_at: datetime) -> bool:
+    """Whether the occurrence is still kept (not fired yet)."""
+    found = conn.execute(select(fires.c.attempt).where(_fire_of(agent_id, task_id, due_at)))
+    return found.first() is not None
+
+
+def retry_fire(
+    conn: Connection, agent_id: int, task_id: str, due_at: datetime, *, attempt: int, in_s: float
+) -> bool:
+    """Have beat send the occurrence again as ``attempt``, ``in_s`` from now by the database's
+    clock."""
+    statement = update(fires).where(_fire_of(agent_id, task_id, due_at))
+    resend_at = db_now_plus(literal(in_s, Float()))
+    return conn.execute(statement.values(attempt=attempt, resend_at=resend_at)).rowcount == 1
+
+
+def forget_fire(conn: Connection, agent_id: int, task_id: str, due_at: datetime) -> bool:
+    """The occurrence has its outcome: beat sends it no more."""
+    return conn.execute(delete(fires).where(_fire_of(agent_id, task_id, due_at))).rowcount == 1
+
+
+def forget_fires(conn: Connection, schedule_id: int, due_at: datetime) -> None:
+    """Drop the kept occurrence of a claim given back (its row is due again)."""
+    statement = delete(fires).where(fires.c.schedule_id == schedule_id, fires.c.due_at == due_at)
+    conn.execute(statement)

@@ -90,6 +90,8 @@ class FireOutcome(StrEnum):
     UNKNOWN_AGENT = "unknown-agent"
     UNREGISTERED = "unregistered"  # this worker does not serve the agent's type
     FAILED = "failed"  # the action failed on its last attempt
+    RETRYING = "retrying"  # the action failed; beat sends the next attempt after a backoff
+    FIRED_ALREADY = "fired-already"  # sent again, but fired meanwhile (or its task removed)
 
 
 @dataclass(frozen=True)
@@ -168,12 +170,49 @@ def _reconcile_type(services: Services, agent_type: str, now: datetime) -> Recon
 
 
 def fire(
-    services: Services, agent_id: int, task_id: str, scheduled_for: datetime, *, attempt: int = 1
+    services: Services,
+    agent_id: int,
+    task_id: str,
+    scheduled_for: datetime,
+    *,
+    attempt: int = 1,
+    kept: bool = False,
 ) -> Fired:
     """Fire one claimed occurrence on a worker; returns what happened (for logs and tests).
 
-    Raises ``RetryFire`` when the action failed and attempts are left.
+    ``kept``: beat keeps the occurrence in ``think_schedule_fires`` until it is fired (every
+    beat since that table): it is fired only while kept, forgotten once it has its outcome, and
+    a failure with attempts left has beat send the next attempt after the backoff
+    (``RETRYING``). Otherwise (a message of an older beat) ``RetryFire`` is raised for Celery
+    to retry.
     """
+    if kept and not _still_kept(services, agent_id, task_id, scheduled_for):
+        return Fired(FireOutcome.FIRED_ALREADY)
+    try:
+        fired = _fire(services, agent_id, task_id, scheduled_for, attempt=attempt)
+    except RetryFire as retry:
+        if not kept:
+            raise
+        with services.db.write() as conn:
+            schedule_ops.retry_fire(
+                conn, agent_id, task_id, scheduled_for, attempt=attempt + 1, in_s=retry.countdown_s
+            )
+        return Fired(FireOutcome.RETRYING)
+    if kept and fired.outcome is not FireOutcome.UNREGISTERED:  # another worker may serve it
+        with services.db.write() as conn:
+            schedule_ops.forget_fire(conn, agent_id, task_id, scheduled_for)
+    return fired
+
+
+def _still_kept(services: Services, agent_id: int, task_id: str, scheduled_for: datetime) -> bool:
+    with services.db.read() as conn:
+        return schedule_ops.is_kept(conn, agent_id, task_id, scheduled_for)
+
+
+def _fire(
+    services: Services, agent_id: int, task_id: str, scheduled_for: datetime, *, attempt: int
+) -> Fired:
+    """Raises ``RetryFire`` when the action failed and attempts are left."""
     target = _target(services, agent_id, task_id)
     if isinstance(target, Fired):
         return target

@@ -7,9 +7,15 @@ and go while beat runs, and a restart must not forget what was due. So the sched
 1. claims the due rows: a conditional UPDATE moves each row's ``next_run_at`` from the
    occurrence it saw to the next one after now (whole intervals, so a beat that was down
    fires once, not once per missed interval). Only one of several beats can move a row from
-   a given value, so each occurrence is claimed once;
+   a given value, so each occurrence is claimed once; the same transaction keeps the
+   occurrence in ``think_schedule_fires`` until a worker has fired it;
 2. after the commit, sends ``think_jobs.fire_schedule`` per claim; a worker fires it. When
-   the broker is down, the claims not sent are given back and the next tick tries again.
+   the broker is down, the claims not sent are given back and the next tick tries again;
+3. sends again the kept occurrences still unfired ``schedule_fire_timeout_s`` after their
+   last send (the message was lost: a beat killed before sending, a worker killed while
+   firing, Redis restarted empty), and the next attempt of a failed one after its backoff.
+
+"Now" is the database server's clock, read once per tick.
 
 It also reconciles the stored schedules with the code (at start and every
 ``RECONCILE_INTERVAL_S``), sends ``think_jobs.sweep`` every ``sweep_interval_s``, and still
@@ -20,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Final
@@ -63,7 +69,8 @@ class Claim:
     address: str
     task_id: str
     due_at: datetime
-    next_run_at: datetime
+    next_run_at: datetime | None  # None: a kept occurrence sent again
+    attempt: int = 1
 
 
 def fire_due(jobs: ThinkJobs, *, now: datetime | None = None, limit: int = CLAIM_BATCH) -> int:
@@ -74,7 +81,33 @@ def fire_due(jobs: ThinkJobs, *, now: datetime | None = None, limit: int = CLAIM
         if not send_fire(jobs, claim):  # do not wait on a dead broker once per claim
             give_back(jobs, claims[index:])
             return index
-    return len(claims)
+    return len(claims) + send_overdue(jobs, now=now, limit=limit)
+
+
+def send_overdue(jobs: ThinkJobs, *, now: datetime | None = None, limit: int = CLAIM_BATCH) -> int:
+    """Send again the kept occurrences whose ``resend_at`` has passed, each taken by one beat
+    (moved ``schedule_fire_timeout_s`` on); returns how many were sent."""
+    with jobs.db.read() as conn:
+        now = now or server_now(conn)
+        overdue = schedule_ops.overdue_fires(conn, jobs.agent_types, now=now, limit=limit)
+    if not overdue:
+        return 0
+    resend_at = now + timedelta(seconds=jobs.settings.schedule_fire_timeout_s)
+    with jobs.db.write() as conn:
+        taken = [f for f in overdue if schedule_ops.postpone_fire(conn, f, resend_at=resend_at)]
+    for index, fire in enumerate(taken):
+        claim = Claim(
+            *(fire.schedule_id, fire.agent_id, fire.address, fire.task_id, fire.due_at),
+            next_run_at=None,
+            attempt=fire.attempt,
+        )
+        if not send_fire(jobs, claim):  # due again at the next tick
+            with jobs.db.write() as conn:
+                for unsent in taken[index:]:
+                    moved = replace(unsent, resend_at=resend_at)
+                    schedule_ops.postpone_fire(conn, moved, resend_at=unsent.resend_at)
+            return index
+    return len(taken)
 
 
 def claim_due(
@@ -96,8 +129,13 @@ def claim_due(
     groups: dict[tuple[str, str | None, datetime], list[StoredSchedule]] = {}
     for row in rows:
         groups.setdefault((row.schedule, row.timezone, row.next_run_at), []).append(row)
+    resend_at = now + timedelta(seconds=jobs.settings.schedule_fire_timeout_s)
     with jobs.db.write() as conn:
-        return [claim for group in groups.values() for claim in _claim_group(conn, group, now)]
+        return [
+            claim
+            for group in groups.values()
+            for claim in _claim_group(conn, group, now, resend_at=resend_at)
+        ]
 
 
 def send_fire(jobs: ThinkJobs, claim: Claim) -> bool:
@@ -106,6 +144,7 @@ def send_fire(jobs: ThinkJobs, claim: Claim) -> bool:
         jobs.celery.send_task(
             schedules.FIRE_TASK,
             args=[claim.agent_id, claim.task_id, claim.due_at.isoformat()],
+            kwargs={"attempt": claim.attempt},
             queue=jobs.settings.queue,
             ignore_result=True,
             retry=True,
@@ -114,7 +153,13 @@ def send_fire(jobs: ThinkJobs, claim: Claim) -> bool:
     except Exception as error:  # kombu raises several unrelated types when the broker is down
         log.warning("could not send %s of %s (next tick retries): %s", *_named(claim), error)
         return False
-    log.info("think-jobs beat: fired %s of %s for %s", *_named(claim), claim.due_at.isoformat())
+    if claim.next_run_at is None:
+        log.warning(
+            "think-jobs beat: sent again %s of %s for %s (attempt %d; not fired yet)",
+            *(*_named(claim), claim.due_at.isoformat(), claim.attempt),
+        )
+    else:
+        log.info("think-jobs beat: fired %s of %s for %s", *_named(claim), claim.due_at.isoformat())
     return True
 
 
@@ -122,13 +167,18 @@ def give_back(jobs: ThinkJobs, claims: list[Claim]) -> None:
     """Make unsent claims due again (unless their row moved since), for the next tick."""
     with jobs.db.write() as conn:
         for claim in claims:
+            assert claim.next_run_at is not None  # a claim, not a kept occurrence sent again
+            schedule_ops.forget_fires(conn, claim.schedule_id, claim.due_at)
             schedule_ops.unclaim(
                 conn, claim.schedule_id, due_at=claim.due_at, next_run_at=claim.next_run_at
             )
 
 
-def _claim_group(conn: Connection, rows: list[StoredSchedule], now: datetime) -> list[Claim]:
-    """Claim rows that share a schedule and a due instant (so their next run is the same)."""
+def _claim_group(
+    conn: Connection, rows: list[StoredSchedule], now: datetime, *, resend_at: datetime
+) -> list[Claim]:
+    """Claim rows that share a schedule and a due instant (so their next run is the same),
+    keeping each occurrence taken until it is fired."""
     first = rows[0]
     try:
         schedule = _parsed(first.schedule, first.timezone)
@@ -139,6 +189,7 @@ def _claim_group(conn: Connection, rows: list[StoredSchedule], now: datetime) ->
     taken = schedule_ops.claim(
         conn, [row.id for row in rows], due_at=first.next_run_at, next_run_at=following, now=now
     )
+    schedule_ops.record_fires(conn, taken, due_at=first.next_run_at, resend_at=resend_at)
     return [_claim_of(row, following) for row in rows if row.id in taken]
 
 

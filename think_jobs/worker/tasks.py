@@ -97,9 +97,15 @@ def _schedules(app: Celery, jobs: ThinkJobs) -> None:
         shared=False,
         max_retries=None,
     )
-    def fire_schedule(self: Any, agent_id: int, task_id: str, scheduled_for: str) -> str:
-        attempt = int(self.request.retries) + 1
+    def fire_schedule(
+        self: Any, agent_id: int, task_id: str, scheduled_for: str, attempt: int | None = None
+    ) -> str:
         when = datetime.fromisoformat(scheduled_for)
+        if attempt is not None:  # beat keeps the occurrence and sends each attempt itself
+            return str(
+                schedules.fire(jobs.services, agent_id, task_id, when, attempt=attempt, kept=True)
+            )
+        attempt = int(self.request.retries) + 1  # a beat from before think_schedule_fires
         try:
             fired = schedules.fire(jobs.services, agent_id, task_id, when, attempt=attempt)
             return str(fired)  # "submitted <id>", "removed": for Celery's log
