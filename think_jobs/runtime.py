@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from think_jobs import validation
 from think_jobs.agent import Think
-from think_jobs.context import utcnow
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import dashboard as dashboard_ops
 from think_jobs.db import migrate as migrations
+from think_jobs.db.dialect import server_now
 from think_jobs.db.engine import Database
 from think_jobs.domain import policy
 from think_jobs.domain.agent_rows import AgentRows
@@ -281,8 +281,8 @@ class ThinkJobs:
 
     def dashboard(self, *, rule: StuckRule | None = None) -> DashboardData:
         """The admin dashboard's snapshot, read in one transaction."""
-        with self.db.read() as conn:
-            return dashboard_ops.snapshot(conn, now=utcnow(), rule=rule)
+        with self.db.read() as conn:  # ages by the database's clock, not this host's
+            return dashboard_ops.snapshot(conn, now=server_now(conn), rule=rule)
 
     # -- web state (admin sessions, webhook deliveries) ----------------------------------------
 

@@ -1,7 +1,8 @@
 """Fenced execution under real faults (issue 14), against real worker processes, PostgreSQL
 and Redis: workers paused past the lease TTL (SIGSTOP mid-stream, and in the window before
 the final write), a worker cut from PostgreSQL alone and from Redis alone (a TCP proxy that
-holds bytes, as a dropping network does), and workers whose clocks are 60 s off.
+holds bytes, as a dropping network does), workers whose clocks are 60 s off, and a dashboard
+read on a host an hour ahead.
 
 Every check is made from outside: every submission terminal, none lost, each user message
 stored once, no two model calls of one agent overlapping (a journal file no fault touches),
@@ -11,7 +12,11 @@ stream — contiguous seqs, one ``done`` — rebuilding its stored reply exactly
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -25,12 +30,14 @@ from tests.support.fencing_faults import (
     clock_skew,
     finish,
     partition,
+    skewed,
     submit,
     workers,
     zombies,
 )
 from tests.support.proxy import proxy_to
 from think_jobs import ThinkJobs
+from think_jobs.db.dialect import server_now
 from think_jobs.messages import message_text
 from think_jobs.testing import wait_until
 
@@ -136,3 +143,24 @@ def test_workers_with_clocks_a_minute_off_neither_overlap_nor_misorder(
     # likely a heartbeat whose commit stalled past the 2 s lease's margin.
     env = {**fault_env, "THINK_JOBS_LEASE_TTL_S": "4"}
     assert_clean(clock_skew(fault_jobs, env, load=load), took_over=False)
+
+
+def test_the_dashboard_of_a_host_whose_clock_is_an_hour_off_reads_the_databases_time(
+    fault_jobs: ThinkJobs, fault_env: dict[str, str]
+) -> None:
+    """The admin dashboard's ages ("running for", the windows of its charts, what counts as
+    stuck) are measured from the database's clock: a web host an hour ahead (libfaketime)
+    takes its snapshot at the database's now, not at its own."""
+    script = "from think_jobs import ThinkJobs; print(ThinkJobs().dashboard().now.isoformat())"
+    env = {**os.environ, **skewed(fault_env, "+1h")}
+    before = database_now(fault_jobs)
+    shown = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    after = database_now(fault_jobs)
+    assert before <= datetime.fromisoformat(shown.stdout.strip()) <= after
+
+
+def database_now(jobs: ThinkJobs) -> datetime:
+    with jobs.db.read() as conn:
+        return server_now(conn)
