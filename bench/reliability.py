@@ -12,7 +12,9 @@ Scenarios, each against real worker processes, PostgreSQL and Redis:
 - cut a worker from PostgreSQL alone, and from Redis alone (a TCP proxy that holds bytes);
 - workers whose clocks are 60 s ahead and 60 s behind (libfaketime), and how long the
   orphaned turns of a killed fast-clock worker waited;
-- SIGKILL the only worker while a workflow step waits on its turn (how long the chain took).
+- SIGKILL the only worker while a workflow step waits on its turn (how long the chain took);
+- scheduled prompts fired by beat, then beat SIGKILLed and Redis restarted empty before any
+  worker took the fires (each occurrence must still be fired, once).
 Every submission must end ``completed`` (or with a §9 error); nothing lost, no user message
 stored twice, no two turns of one agent overlapping (a journal file no fault touches), FIFO
 kept, no event of a stale attempt in any stream, and every completed turn's stream rebuilding
@@ -34,11 +36,13 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from datetime import datetime
 from typing import Any
 
 from bench.services import scratch_database, scratch_namespace
 from tests.apps.agents import Recorder, Staller, read_events
+from tests.apps.scheduled_agents import Reporter, make_due
 from tests.support.builders import directive, user
 from tests.support.faults import (
     HEADER,
@@ -62,6 +66,7 @@ from tests.support.fencing_faults import workers as fencing_workers
 from tests.support.processes import (
     ROOT,
     WorkerProcess,
+    beat_processes,
     private_postgres,
     private_redis,
     worker_processes,
@@ -73,6 +78,7 @@ from think_jobs.testing import wait_until
 
 APP = "tests.apps.agents:jobs"
 WORKFLOW_APP = "tests.apps.workflow_agents:jobs"
+SCHEDULE_APP = "tests.apps.scheduled_agents:jobs"
 FAST = {"THINK_JOBS_LEASE_TTL_S": "1.5", "THINK_JOBS_SWEEP_INTERVAL_S": "0.5"}
 
 
@@ -398,6 +404,64 @@ def _one_workflow_kill(report: Report) -> float:
         return waited
 
 
+def lost_fires(scale: int) -> Report:
+    """Rounds of: every agent's prompt made due, beat fires them all while no worker runs,
+    beat is SIGKILLed and Redis restarted empty (every fire message gone). Then a new beat and
+    two workers: each occurrence must end with exactly one completed submission."""
+    fast = {
+        "THINK_JOBS_BEAT_TICK_INTERVAL_S": "0.2",
+        "THINK_JOBS_SCHEDULE_FIRE_TIMEOUT_S": "2",
+    }
+    report = Report("fires lost: beat SIGKILLed, Redis restarted empty")
+    with (
+        private_redis() as server,
+        environment(**fast, THINK_JOBS_REDIS_URL=server.url) as (
+            jobs,
+            env,
+        ),
+    ):
+        jobs.register(Reporter)
+        agents = [jobs.get_agent(Reporter, f"sched-{i}") for i in range(5 * scale)]
+        for agent in agents:
+            agent.start()
+        occurrences: list[tuple[Think, datetime]] = []
+        for round_ in range(max(1, scale // 2)):
+            dues = [(agent, make_due(agent, "digest", hours_back=round_)) for agent in agents]
+            with beat_processes(env, app=SCHEDULE_APP) as [beat]:
+                lines = {f"digest of {a.address} for {due.isoformat()}" for a, due in dues}
+                wait_until(lambda b=beat, w=lines: w <= set(b.fired()), 120)  # type: ignore[misc]
+                beat.kill()
+            server.stop()
+            server.start()
+            report.faults += 2
+            occurrences += dues
+        with (
+            beat_processes(env, app=SCHEDULE_APP),
+            worker_processes(env, app=SCHEDULE_APP),
+            suppress(TimeoutError),  # what is still missing then is counted as lost
+        ):
+            wait_until(lambda: _fired_once(occurrences, report, final=False), 120)
+        _fired_once(occurrences, report, final=True)
+    return report
+
+
+def _fired_once(occurrences: list[tuple[Think, datetime]], report: Report, *, final: bool) -> bool:
+    """Whether every occurrence has a completed submission; on ``final``, counts them into
+    ``report`` (none: lost; more than one: duplicated)."""
+    found: dict[str, list[str]] = {}
+    for agent in {agent.address: agent for agent, _ in occurrences}.values():
+        for submission in agent.list_submissions(limit=1000):
+            when = (submission.metadata or {}).get("scheduled_for")
+            found.setdefault(f"{agent.address} {when}", []).append(submission.status)
+    statuses = [found.get(f"{agent.address} {due.isoformat()}", []) for agent, due in occurrences]
+    if final:
+        report.submissions = len(occurrences)
+        report.completed = sum(s == ["completed"] for s in statuses)
+        report.lost = sum(not s for s in statuses)
+        report.duplicated = sum(len(s) > 1 for s in statuses)
+    return all(s and all(status == "completed" for status in s) for s in statuses)
+
+
 SCENARIOS: dict[str, Callable[[int], Report]] = {
     "worker-kills": worker_kills,
     "caller-kills": lambda scale: caller_kills(max(2, scale // 2)),
@@ -410,6 +474,7 @@ SCENARIOS: dict[str, Callable[[int], Report]] = {
     "cut-from-redis": lambda scale: cut_off(scale, server="redis"),
     "clock-skew": skew,
     "workflow-kill": workflow_kill,
+    "lost-fires": lost_fires,
 }
 
 

@@ -11,8 +11,8 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -29,12 +29,12 @@ from tests.support.builders import texts, wait_for_status
 from tests.support.fencing_faults import skewed
 from tests.support.processes import (
     ROOT,
-    ManagedProcess,
+    BeatProcess,
     WorkerProcess,
     private_redis,
-    think_jobs_command,
     worker_processes,
 )
+from tests.support.processes import beat_processes as _beat_processes
 from think_jobs import SubmissionInspection, Think, ThinkJobs
 from think_jobs.db.dialect import server_now
 from think_jobs.scheduled_task import occurrence_key
@@ -50,29 +50,10 @@ CHANGED_CODE = {
 }
 
 
-class BeatProcess(ManagedProcess):
-    """One ``think-jobs beat`` subprocess; ready once it has reconciled the schedules."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        command = think_jobs_command("beat", "--app", APP, "-l", "INFO")
-        super().__init__(command, env, ready_marker="schedules reconciled")
-
-    def fired(self) -> list[str]:
-        """``<task> of <agent> for <occurrence>`` for every fire this beat sent."""
-        return [line.split("beat: fired ", 1)[1].strip() for line in self.lines("beat: fired ")]
-
-
-@contextmanager
-def beat_processes(env: dict[str, str], count: int = 1) -> Iterator[list[BeatProcess]]:
-    beats = [BeatProcess(env) for _ in range(count)]
-    try:
-        for beat in beats:
-            if not beat.ready.wait(30):
-                raise RuntimeError("beat did not start:\n" + "".join(beat.output[-40:]))
-        yield beats
-    finally:
-        for beat in beats:
-            beat.stop()
+def beat_processes(
+    env: dict[str, str], count: int = 1
+) -> AbstractContextManager[list[BeatProcess]]:
+    return _beat_processes(env, count, app=APP)
 
 
 def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

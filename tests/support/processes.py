@@ -205,6 +205,31 @@ class PrivateRedis:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
+class BeatProcess(ManagedProcess):
+    """One ``think-jobs beat`` subprocess; ready once it has reconciled the schedules."""
+
+    def __init__(self, env: dict[str, str], *, app: str) -> None:
+        command = think_jobs_command("beat", "--app", app, "-l", "INFO")
+        super().__init__(command, env, ready_marker="schedules reconciled")
+
+    def fired(self) -> list[str]:
+        """``<task> of <agent> for <occurrence>`` for every fire this beat sent."""
+        return [line.split("beat: fired ", 1)[1].strip() for line in self.lines("beat: fired ")]
+
+
+@contextmanager
+def beat_processes(env: dict[str, str], count: int = 1, *, app: str) -> Iterator[list[BeatProcess]]:
+    beats = [BeatProcess(env, app=app) for _ in range(count)]
+    try:
+        for beat in beats:
+            if not beat.ready.wait(30):
+                raise RuntimeError("beat did not start:\n" + "".join(beat.output[-40:]))
+        yield beats
+    finally:
+        for beat in beats:
+            beat.stop()
+
+
 @contextmanager
 def private_redis() -> Iterator[PrivateRedis]:
     server = PrivateRedis()
