@@ -40,6 +40,7 @@ from think_jobs.db.dialect import server_now
 from think_jobs.scheduled_task import occurrence_key
 from think_jobs.scheduling import next_occurrence
 from think_jobs.testing import wait_until
+from think_jobs.worker.beat import fire_due
 
 APP = "tests.apps.scheduled_agents:jobs"
 TICK = {"THINK_JOBS_BEAT_TICK_INTERVAL_S": "0.2", "THINK_JOBS_SCHEDULE_RETRY_BACKOFF_S": "0.2"}
@@ -292,3 +293,24 @@ def test_the_cli_lists_next_runs_and_fires_a_task_now(
     assert (again.stdout, "already submitted" in again.stderr) == (fired.stdout, True)
     unknown = run_cli(env, "schedules", "run", "Reporter", "acme", "nope")
     assert unknown.returncode == 1 and 'no scheduled task "nope"' in unknown.stderr
+
+
+def test_the_cli_lists_occurrences_claimed_and_not_fired_yet(
+    local: ThinkJobs, env: dict[str, str]
+) -> None:
+    """No worker runs: the occurrence beat claimed and sent is kept, and the listing says so
+    (when beat would send it again, and which attempt)."""
+    agent = local.get_agent(Reporter, "acme")
+    agent.start()
+    due = make_due(agent, "digest")
+    assert fire_due(local) == 1
+    listed = run_cli(env, "schedules", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    by_task = {row["task_id"]: row for row in json.loads(listed.stdout)}
+    [unfired] = by_task["digest"]["unfired"]
+    assert (unfired["scheduled_for"], unfired["attempt"]) == (due.isoformat(), 1)
+    assert datetime.fromisoformat(unfired["resend_at"]) > due
+    assert by_task["nudge"]["unfired"] == []
+    table = run_cli(env, "schedules", "list").stdout
+    assert "1 claimed, not fired yet" in table
+    assert f"Reporter:acme digest for {due.isoformat()}: attempt 1, again at" in table

@@ -16,7 +16,7 @@ import click
 from think_jobs.cli.common import app_option, load_app, load_app_with_agents
 
 if TYPE_CHECKING:
-    from think_jobs.db.schedules import StoredSchedule
+    from think_jobs.db.schedules import KeptFire, StoredSchedule
     from think_jobs.runtime import ThinkJobs
 
 
@@ -50,10 +50,16 @@ def list_schedules(app_spec: str | None, as_json: bool) -> None:
     jobs = _load(app_spec)
     with jobs.db.read() as conn:
         stored = schedule_ops.list_all(conn)
+        kept = schedule_ops.kept_fires(conn)
+    unfired: dict[int, list[KeptFire]] = {}
+    for fire in kept:
+        unfired.setdefault(fire.schedule_id, []).append(fire)
     if as_json:
-        click.echo(json.dumps([_listing(row) for row in stored], indent=2))
+        listing = [_listing(row, unfired.get(row.id, [])) for row in stored]
+        click.echo(json.dumps(listing, indent=2))
         return
     _print_table(stored)
+    _print_unfired(kept)
     _print_unused_classes(jobs, {row.agent_type for row in stored})
 
 
@@ -107,7 +113,7 @@ def _local(row: StoredSchedule) -> datetime:
     return row.next_run_at.astimezone(ZoneInfo(row.timezone) if row.timezone else None)
 
 
-def _listing(row: StoredSchedule) -> dict[str, Any]:
+def _listing(row: StoredSchedule, unfired: list[KeptFire]) -> dict[str, Any]:
     last = row.last_scheduled_for
     return {
         "agent_type": row.agent_type,
@@ -118,7 +124,29 @@ def _listing(row: StoredSchedule) -> dict[str, Any]:
         "next_run_at": row.next_run_at.isoformat(),
         "next_run_local": _local(row).isoformat(),
         "last_scheduled_for": None if last is None else last.isoformat(),
+        "unfired": [_unfired(fire) for fire in unfired],
     }
+
+
+def _unfired(fire: KeptFire) -> dict[str, Any]:
+    return {
+        "scheduled_for": fire.due_at.isoformat(),
+        "attempt": fire.attempt,
+        "resend_at": fire.resend_at.isoformat(),
+    }
+
+
+def _print_unfired(kept: list[KeptFire]) -> None:
+    """Occurrences claimed and not fired yet (in flight, retrying, or lost and due to be sent
+    again by beat at the time shown)."""
+    if not kept:
+        return
+    click.echo(f"{len(kept)} claimed, not fired yet (beat sends each again at its time):")
+    for fire in kept:
+        click.echo(
+            f"  {fire.address} {fire.task_id} for {fire.due_at.isoformat()}: attempt "
+            f"{fire.attempt}, again at {fire.resend_at.strftime('%Y-%m-%d %H:%M:%S UTC')}"
+        )
 
 
 def _print_table(stored: list[StoredSchedule]) -> None:

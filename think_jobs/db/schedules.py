@@ -332,14 +332,8 @@ def record_fires(
     conn.execute(insert_ignoring_conflicts(conn, fires), rows)
 
 
-def overdue_fires(
-    conn: Connection, agent_types: Iterable[str], *, now: datetime, limit: int
-) -> list[KeptFire]:
-    """Kept occurrences of these agent types due to be sent again, oldest first."""
-    types = list(agent_types)
-    if not types:
-        return []
-    query = (
+def _select_kept() -> Any:
+    return (
         select(
             fires.c.schedule_id,
             schedules.c.agent_id,
@@ -352,10 +346,28 @@ def overdue_fires(
         )
         .join(schedules, schedules.c.id == fires.c.schedule_id)
         .join(agents, agents.c.id == schedules.c.agent_id)
+    )
+
+
+def overdue_fires(
+    conn: Connection, agent_types: Iterable[str], *, now: datetime, limit: int
+) -> list[KeptFire]:
+    """Kept occurrences of these agent types due to be sent again, oldest first."""
+    types = list(agent_types)
+    if not types:
+        return []
+    query = (
+        _select_kept()
         .where(fires.c.resend_at <= now, agents.c.agent_type.in_(types))
         .order_by(fires.c.resend_at, fires.c.schedule_id)
         .limit(limit)
     )
+    return [KeptFire(**row._asdict()) for row in conn.execute(query)]
+
+
+def kept_fires(conn: Connection) -> list[KeptFire]:
+    """Every kept occurrence (not fired yet), by schedule and occurrence."""
+    query = _select_kept().order_by(fires.c.schedule_id, fires.c.due_at)
     return [KeptFire(**row._asdict()) for row in conn.execute(query)]
 
 
