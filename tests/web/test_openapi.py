@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import re
 from typing import Any
-from urllib.parse import unquote
 
 import pytest
 import schemathesis
@@ -13,11 +11,10 @@ from flask import Flask
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import Case, GenerationMode
-from schemathesis.core.parameters import ParameterLocation
 from schemathesis.core.result import Ok
 
 from tests.web.conftest import TEST_CONFIG
-from tests.web.support import FULL
+from tests.web.support import FULL, keeps_its_flaw, sent_as_generated
 from think_jobs import ThinkJobs
 from web import create_app
 
@@ -71,34 +68,11 @@ def test_document_covers_every_json_route_with_resolvable_schemas(app: Flask) ->
     assert "text/event-stream" in stream["get"]["responses"]["200"]["content"]
 
 
-def keeps_its_flaw(case: Case[Any]) -> bool:
-    """Negative cases with a flawed header are left out: every request is sent with a valid
-    bearer token, which repairs a missing or bad ``Authorization`` header, so the server would
-    rightly accept it. (Bad ``Idempotency-Key`` headers have their own test in test_api.)"""
-    meta = case.meta
-    return meta is None or not meta.is_negative_at(ParameterLocation.HEADER)
-
-
 def one_idempotency_key(case: Case[Any]) -> bool:
     """The document cannot say that the header and the field must agree (400 otherwise)."""
     header = case.headers.get("Idempotency-Key") if case.headers else None
     field = case.body.get("idempotency_key") if isinstance(case.body, dict) else None
     return header is None or field is None or header == field
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def sent_as_generated(case: Case[Any]) -> bool:
-    """Positive cases whose path values reach the server as something else are left out:
-    schemathesis unquotes a value before quoting it, so a generated ``%11`` (valid text) is
-    sent as the byte 0x11, which no identifier may hold (seen: a valid request id
-    "rejected"). Control bytes are what that turns valid text into."""
-    meta = case.meta
-    if meta is not None and meta.generation.mode is GenerationMode.NEGATIVE:
-        return True
-    values = (case.path_parameters or {}).values()
-    return not any(isinstance(v, str) and _CONTROL.search(unquote(v)) for v in values)
 
 
 @pytest.mark.slow
