@@ -436,6 +436,10 @@ def test_a_fire_lost_before_any_worker_took_it_is_sent_again_after_the_timeout(
     assert (kept_due, attempt) == (due, 1)
     assert lose_queued_messages(sjobs) == 1
     assert fire_due(sjobs) == 0  # within the timeout: nothing is sent twice
+    later = utcnow() + timedelta(seconds=2)  # past it, but no worker consumes the queue:
+    assert fire_due(sjobs, now=later) == 0  # a message would only wait (one more per timeout)
+    assert sjobs.redis.llen(sjobs.settings.queue) == 0
+    assert [attempt for _, _, attempt in kept(sjobs)] == [1]
     with worker(sjobs):
         found = wait_until(lambda: (fire_due(sjobs), submission_for(agent, key))[1], 30)
         wait_for_status(agent, found.submission_id, "completed")

@@ -38,7 +38,12 @@ from think_jobs.db import schedules as schedule_ops
 from think_jobs.db.dialect import server_now
 from think_jobs.db.schedules import StoredSchedule
 from think_jobs.engine import schedules
-from think_jobs.errors import ConfigurationError, ScheduleError, ThinkJobsError
+from think_jobs.errors import (
+    BrokerUnavailableError,
+    ConfigurationError,
+    ScheduleError,
+    ThinkJobsError,
+)
 from think_jobs.scheduling import Schedule, next_occurrence, parse_schedule
 from think_jobs.transport.dispatch import SWEEP_TASK
 from think_jobs.worker import presence
@@ -86,11 +91,13 @@ def fire_due(jobs: ThinkJobs, *, now: datetime | None = None, limit: int = CLAIM
 
 def send_overdue(jobs: ThinkJobs, *, now: datetime | None = None, limit: int = CLAIM_BATCH) -> int:
     """Send again the kept occurrences whose ``resend_at`` has passed, each taken by one beat
-    (moved ``schedule_fire_timeout_s`` on); returns how many were sent."""
+    (moved ``schedule_fire_timeout_s`` on); returns how many were sent. Nothing is sent while
+    no live worker consumes the queue: a message sent then would only wait (or be lost) with
+    the others, one more per occurrence every timeout for as long as the workers are down."""
     with jobs.db.read() as conn:
         now = now or server_now(conn)
         overdue = schedule_ops.overdue_fires(conn, jobs.agent_types, now=now, limit=limit)
-    if not overdue:
+    if not overdue or not _consumed(jobs):
         return 0
     resend_at = now + timedelta(seconds=jobs.settings.schedule_fire_timeout_s)
     with jobs.db.write() as conn:
@@ -161,6 +168,16 @@ def send_fire(jobs: ThinkJobs, claim: Claim) -> bool:
     else:
         log.info("think-jobs beat: fired %s of %s for %s", *_named(claim), claim.due_at.isoformat())
     return True
+
+
+def _consumed(jobs: ThinkJobs) -> bool:
+    """Whether a live worker (its presence record) consumes the queue fires are sent to."""
+    try:
+        live = jobs.live_workers()
+    except BrokerUnavailableError:
+        return False  # a send would fail as well; the next tick looks again
+    queue = jobs.settings.queue
+    return any(record.role == "worker" and queue in record.queues for record in live)
 
 
 def give_back(jobs: ThinkJobs, claims: list[Claim]) -> None:
