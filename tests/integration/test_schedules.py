@@ -36,7 +36,7 @@ from think_jobs.engine import schedules as schedule_api
 from think_jobs.scheduled_task import occurrence_key
 from think_jobs.scheduling import next_occurrence
 from think_jobs.testing import wait_until, worker
-from think_jobs.worker.beat import DatabaseScheduler, claim_due, fire_due
+from think_jobs.worker.beat import DatabaseScheduler, claim_due, fire_due, send_overdue
 
 FAST = {"beat_tick_interval_s": 0.2, "schedule_retry_backoff_s": 0.2}
 
@@ -437,7 +437,7 @@ def test_a_fire_lost_before_any_worker_took_it_is_sent_again_after_the_timeout(
     assert lose_queued_messages(sjobs) == 1
     assert fire_due(sjobs) == 0  # within the timeout: nothing is sent twice
     later = utcnow() + timedelta(seconds=2)  # past it, but no worker consumes the queue:
-    assert fire_due(sjobs, now=later) == 0  # a message would only wait (one more per timeout)
+    assert send_overdue(sjobs, now=later) == 0  # a message would only wait (one per timeout)
     assert sjobs.redis.llen(sjobs.settings.queue) == 0
     assert [attempt for _, _, attempt in kept(sjobs)] == [1]
     with worker(sjobs):
@@ -459,7 +459,7 @@ def test_a_fired_occurrence_is_forgotten_and_never_sent_again(
         assert fire_due(sjobs) == 1
         wait_until(lambda: not kept(sjobs), 30)
         later = utcnow() + timedelta(seconds=1)  # past the timeout: a kept one would be due
-        assert fire_due(sjobs, now=later) == 0
+        assert send_overdue(sjobs, now=later) == 0
     key = occurrence_key("Reporter", "acme", "digest", due)
     assert [s.idempotency_key for s in agent.list_submissions()].count(key) == 1
 
