@@ -80,7 +80,11 @@ class Claim:
 
 def fire_due(jobs: ThinkJobs, *, now: datetime | None = None, limit: int = CLAIM_BATCH) -> int:
     """Claim up to ``limit`` due occurrences and send their fires; returns how many were sent
-    (when the broker is down, the claims not sent are given back)."""
+    (when the broker is down, the claims not sent are given back), then those kept
+    occurrences due to be sent again (``send_overdue``). ``now``: the database's clock."""
+    if now is None:
+        with jobs.db.read() as conn:
+            now = server_now(conn)
     claims = claim_due(jobs, now=now, limit=limit)
     for index, claim in enumerate(claims):
         if not send_fire(jobs, claim):  # do not wait on a dead broker once per claim
