@@ -20,6 +20,7 @@ from think_jobs.agent import Think
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import dashboard as dashboard_ops
 from think_jobs.db import migrate as migrations
+from think_jobs.db import schedules as schedule_ops
 from think_jobs.db.dialect import server_now
 from think_jobs.db.engine import Database
 from think_jobs.domain import policy
@@ -235,6 +236,14 @@ class ThinkJobs:
         return {
             t: (found.get((t, Status.PENDING), 0), found.get((t, Status.RUNNING), 0)) for t in known
         }
+
+    def overdue_fires(self) -> Mapping[str, int]:
+        """Per agent type: scheduled occurrences claimed and not fired past their re-send time
+        (lost fires beat sends again once a worker listens); 0 for a registered type with
+        none."""
+        with self.db.read() as conn:
+            found = schedule_ops.overdue_counts(conn, now=server_now(conn))
+        return {t: found.get(t, 0) for t in set(found) | set(self.agent_types)}
 
     def configure_logging(self, *, level: int | str | None = None) -> None:
         """Configure think-jobs' loggers from ``THINK_JOBS_LOG_LEVEL`` and ``THINK_JOBS_LOG_JSON``

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 
 from tests.apps.scheduled_agents import (
@@ -33,6 +34,7 @@ from think_jobs.context import utcnow
 from think_jobs.db import schedules as schedule_ops
 from think_jobs.db.tables import turns
 from think_jobs.engine import schedules as schedule_api
+from think_jobs.observe.metrics import exposition
 from think_jobs.scheduled_task import occurrence_key
 from think_jobs.scheduling import next_occurrence
 from think_jobs.testing import wait_until, worker
@@ -418,6 +420,15 @@ def submission_for(agent: Think, key: str) -> SubmissionInspection | None:
     return next((s for s in agent.list_submissions() if s.idempotency_key == key), None)
 
 
+def overdue_gauge(jobs: ThinkJobs) -> dict[str, float]:
+    """``think_jobs_overdue_fires`` by agent type, as a scrape of the metrics reads it."""
+    text = exposition(jobs).decode()
+    [family] = [
+        f for f in text_string_to_metric_families(text) if f.name == "think_jobs_overdue_fires"
+    ]
+    return {sample.labels["agent_type"]: sample.value for sample in family.samples}
+
+
 def lose_queued_messages(jobs: ThinkJobs) -> int:
     """What a broker restarted empty does to the messages waiting in the queue."""
     return int(jobs.redis.delete(jobs.settings.queue))
@@ -440,10 +451,12 @@ def test_a_fire_lost_before_any_worker_took_it_is_sent_again_after_the_timeout(
     assert send_overdue(sjobs, now=later) == 0  # a message would only wait (one per timeout)
     assert sjobs.redis.llen(sjobs.settings.queue) == 0
     assert [attempt for _, _, attempt in kept(sjobs)] == [1]
+    wait_until(lambda: overdue_gauge(sjobs) == {"Janitor": 0, "Plain": 0, "Reporter": 1}, 10)
     with worker(sjobs):
         found = wait_until(lambda: (fire_due(sjobs), submission_for(agent, key))[1], 30)
         wait_for_status(agent, found.submission_id, "completed")
         wait_until(lambda: not kept(sjobs), 10)
+    assert overdue_gauge(sjobs)["Reporter"] == 0
     [submission] = [s for s in agent.list_submissions() if s.idempotency_key == key]
     assert submission.metadata["scheduled_for"] == due.isoformat()  # type: ignore[index]
 

@@ -33,6 +33,7 @@ from sqlalchemy import (
     UniqueConstraint,
     delete,
     exists,
+    func,
     literal,
     select,
     update,
@@ -363,6 +364,19 @@ def overdue_fires(
         .limit(limit)
     )
     return [KeptFire(**row._asdict()) for row in conn.execute(query)]
+
+
+def overdue_counts(conn: Connection, *, now: datetime) -> dict[str, int]:
+    """Per agent type: kept occurrences whose ``resend_at`` has passed."""
+    query = (
+        select(agents.c.agent_type, func.count())
+        .select_from(fires)
+        .join(schedules, schedules.c.id == fires.c.schedule_id)
+        .join(agents, agents.c.id == schedules.c.agent_id)
+        .where(fires.c.resend_at <= now)
+        .group_by(agents.c.agent_type)
+    )
+    return {agent_type: int(count) for agent_type, count in conn.execute(query)}
 
 
 def kept_fires(conn: Connection) -> list[KeptFire]:

@@ -91,9 +91,15 @@ class DepthSource(Protocol):
         """Per agent type: (pending, running) turns, 0 for a registered type with none."""
         ...
 
+    def overdue_fires(self) -> Mapping[str, int]:
+        """Per agent type: scheduled occurrences claimed, not fired, past their re-send
+        time; 0 for a registered type with none."""
+        ...
+
 
 class QueueCollector(Collector):
-    """Pending and running turns per agent type, read from the database at scrape time."""
+    """Pending and running turns, and overdue scheduled fires, per agent type, read from the
+    database at scrape time."""
 
     def __init__(self, source: DepthSource) -> None:
         self._source = source
@@ -112,6 +118,14 @@ class QueueCollector(Collector):
             running.add_metric([agent_type], busy)
         yield pending
         yield running
+        overdue = GaugeMetricFamily(
+            "think_jobs_overdue_fires",
+            "Scheduled occurrences claimed and not fired past their re-send time.",
+            labels=["agent_type"],
+        )
+        for agent_type, count in sorted(self._source.overdue_fires().items()):
+            overdue.add_metric([agent_type], count)
+        yield overdue
 
 
 def process_registry() -> CollectorRegistry:
