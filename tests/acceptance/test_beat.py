@@ -24,6 +24,7 @@ from tests.apps.scheduled_agents import (
     make_due,
     read_events,
     stored,
+    submission_for,
 )
 from tests.support.builders import texts, wait_for_status
 from tests.support.fencing_faults import skewed
@@ -35,7 +36,7 @@ from tests.support.processes import (
     worker_processes,
 )
 from tests.support.processes import beat_processes as _beat_processes
-from think_jobs import SubmissionInspection, Think, ThinkJobs
+from think_jobs import Think, ThinkJobs
 from think_jobs.db.dialect import server_now
 from think_jobs.scheduled_task import occurrence_key
 from think_jobs.scheduling import next_occurrence
@@ -70,10 +71,6 @@ def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
 
 def output_of(processes: list[WorkerProcess] | list[BeatProcess]) -> str:
     return "".join(line for process in processes for line in list(process.output))
-
-
-def submission_for(agent: Think, key: str) -> SubmissionInspection | None:
-    return next((s for s in agent.list_submissions(limit=100) if s.idempotency_key == key), None)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import os
 from datetime import datetime, timedelta
 from typing import Any
 
-from think_jobs import ScheduleContext, ScheduledTask, Think, ThinkJobs
+from think_jobs import ScheduleContext, ScheduledTask, SubmissionInspection, Think, ThinkJobs
 from think_jobs.context import utcnow
 from think_jobs.db import schedules as schedule_ops
 from think_jobs.db.schedules import StoredSchedule
@@ -61,6 +61,12 @@ def make_due(
     with agent.jobs.db.write() as conn:
         assert schedule_ops.move_next_run(conn, agent_id(agent), task_id, due)
     return due
+
+
+def submission_for(agent: Think, key: str) -> SubmissionInspection | None:
+    """The agent's submission with idempotency key ``key`` (a fire's), if any (of its
+    newest 100)."""
+    return next((s for s in agent.list_submissions(limit=100) if s.idempotency_key == key), None)
 
 
 def nudge_prompt(ctx: ScheduleContext) -> str:

@@ -26,10 +26,11 @@ from tests.apps.scheduled_agents import (
     make_due,
     read_events,
     stored,
+    submission_for,
 )
 from tests.support.builders import texts, user, wait_for_status
 from tests.support.processes import free_port
-from think_jobs import ScheduleError, SubmissionInspection, Think, ThinkJobs
+from think_jobs import ScheduleError, Think, ThinkJobs
 from think_jobs.context import utcnow
 from think_jobs.db import schedules as schedule_ops
 from think_jobs.db.tables import turns
@@ -410,22 +411,14 @@ def test_a_handler_that_recovers_runs_until_it_succeeds(sjobs: ThinkJobs) -> Non
 
 def kept(jobs: ThinkJobs) -> list[tuple[int, datetime, int]]:
     """Occurrences beat keeps until fired: (schedule id, due, attempt)."""
-    fires = schedule_ops.fires
     with jobs.db.read() as conn:
-        rows = conn.execute(select(fires.c.schedule_id, fires.c.due_at, fires.c.attempt))
-        return [(row.schedule_id, row.due_at, row.attempt) for row in rows]
-
-
-def submission_for(agent: Think, key: str) -> SubmissionInspection | None:
-    return next((s for s in agent.list_submissions() if s.idempotency_key == key), None)
+        return [(f.schedule_id, f.due_at, f.attempt) for f in schedule_ops.kept_fires(conn)]
 
 
 def overdue_gauge(jobs: ThinkJobs) -> dict[str, float]:
     """``think_jobs_overdue_fires`` by agent type, as a scrape of the metrics reads it."""
-    text = exposition(jobs).decode()
-    [family] = [
-        f for f in text_string_to_metric_families(text) if f.name == "think_jobs_overdue_fires"
-    ]
+    families = text_string_to_metric_families(exposition(jobs).decode())
+    [family] = [f for f in families if f.name == "think_jobs_overdue_fires"]
     return {sample.labels["agent_type"]: sample.value for sample in family.samples}
 
 
