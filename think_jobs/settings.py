@@ -199,8 +199,8 @@ class Settings(BaseSettings):
         300.0,
         gt=0,
         description="How long a claimed occurrence may go unfired before beat sends it again "
-        "(a fire lost with a killed process or an emptied Redis); longer than any handler "
-        "runs.",
+        "(a fire lost with a killed process or an emptied Redis); a worker firing one holds "
+        "it, renewing every third of this, so handlers may run longer.",
     )
     broker_visibility_timeout_s: float = Field(
         21_600,

@@ -132,6 +132,28 @@ class Janitor(Think):
         }
 
 
+def release_key(jobs: ThinkJobs) -> str:
+    return f"{jobs.keys.prefix}:linger-release"
+
+
+def lingering_handler(agent: Think, ctx: ScheduleContext) -> None:
+    """Records its start, waits until the test pushes to ``release_key`` (at most 60 s), then
+    records its end: a handler that runs as long as the test needs."""
+    record(agent.jobs, task_id=ctx.task_id, attempt=ctx.attempt, phase="started")
+    agent.jobs.redis.blpop([release_key(agent.jobs)], timeout=60)
+    record(agent.jobs, task_id=ctx.task_id, attempt=ctx.attempt, phase="ended")
+
+
+class Lingerer(Think):
+    """A handler task that runs until released (registered only by the tests that use it)."""
+
+    def get_model(self) -> EchoModel:
+        return EchoModel()
+
+    def get_scheduled_tasks(self) -> dict[str, ScheduledTask]:
+        return {"linger": ScheduledTask("every 1 hour", handler=lingering_handler)}
+
+
 class Plain(Think):
     """No scheduled tasks at all."""
 

@@ -1,7 +1,7 @@
 """The migrations, on SQLite and PostgreSQL: an empty database brought to head has exactly the
 schema ``db.tables`` mirrors; 0006 (tool approvals) from revision 0005's database, 0007 (the
-status listing index) from 0006's and 0008 (kept schedule occurrences) from 0007's, each with
-rows stored before that read back after."""
+status listing index) from 0006's, 0008 (kept schedule occurrences) from 0007's and 0009 (who
+fires a kept occurrence) from 0008's, each with rows stored before that read back after."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from think_jobs.db.engine import Database
 from think_jobs.db.migrate import current_revision, upgrade
 from think_jobs.db.tables import VERSION_TABLE, Base
 
-HEAD = "0008"
+HEAD = "0009"
 
 
 @pytest.fixture
@@ -159,3 +159,33 @@ def test_from_revision_0007_with_a_schedule_stored(empty_url: str) -> None:
     assert (row.task_id, row.next_run_at) == ("digest", due)
     assert (overdue.address, overdue.due_at, overdue.attempt) == ("T:a", due, 1)
     assert left == 0
+
+
+def test_from_revision_0008_with_an_occurrence_kept(empty_url: str) -> None:
+    """0009 adds the holder of a kept occurrence: one kept before has none, so a worker can
+    take it, and a second cannot."""
+    database = Database(empty_url, pool_size=1)
+    due = datetime(2026, 12, 4, 9, 0, tzinfo=UTC)
+    try:
+        upgrade(database, "0008")
+        with database.write() as conn:
+            conn.execute(text(_AGENT_SQL), {"admitted": 0})
+            spec = schedule_ops.ScheduleSpec("digest", "every 1 hour", None, due)
+            schedule_ops.insert_missing(conn, 1, [spec], now=due)
+            [row] = schedule_ops.for_agent(conn, 1)
+            schedule_ops.record_fires(conn, [row.id], due_at=due, resend_at=due)
+            conn.execute(text("UPDATE think_schedule_fires SET attempt = 2"))  # one failed
+        upgrade(database)
+        assert current_revision(database) == HEAD
+        with database.write() as conn:
+            taken = [
+                schedule_ops.take_fire(conn, 1, "digest", due, attempt=2, token=token, hold_s=60)
+                for token in ("first", "second")
+            ]
+        with database.read() as conn:
+            [kept] = schedule_ops.kept_fires(conn)
+    finally:
+        database.close()
+    assert taken == [True, False]
+    assert (kept.due_at, kept.attempt) == (due, 2)
+    assert kept.resend_at > due  # held: moved on by the database's clock

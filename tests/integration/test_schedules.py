@@ -20,11 +20,13 @@ from sqlalchemy import select
 from tests.apps.scheduled_agents import (
     DIGEST_PROMPT,
     Janitor,
+    Lingerer,
     Plain,
     Reporter,
     agent_id,
     make_due,
     read_events,
+    release_key,
     stored,
     submission_for,
 )
@@ -33,6 +35,7 @@ from tests.support.processes import free_port
 from think_jobs import ScheduleError, Think, ThinkJobs
 from think_jobs.context import utcnow
 from think_jobs.db import schedules as schedule_ops
+from think_jobs.db.dialect import server_now
 from think_jobs.db.tables import turns
 from think_jobs.engine import schedules as schedule_api
 from think_jobs.observe.metrics import exposition
@@ -559,3 +562,70 @@ def test_run_now_of_an_unknown_task_names_the_declared_ones(sjobs: ThinkJobs) ->
         ScheduleError, match=r'no scheduled task "nope" \(declared: digest, nudge\)'
     ):
         agent.run_scheduled_task("nope")
+
+
+# -- one worker at a time fires a kept occurrence --------------------------------------------
+
+
+def kept_resend_at(jobs: ThinkJobs) -> datetime:
+    with jobs.db.read() as conn:
+        [fire] = schedule_ops.kept_fires(conn)
+    return fire.resend_at
+
+
+def database_now(jobs: ThinkJobs) -> datetime:
+    with jobs.db.read() as conn:
+        return server_now(conn)
+
+
+def test_a_handler_running_past_the_timeout_is_held_and_fired_once(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    """Its worker holds the occurrence while it runs: beat does not send it again, and a
+    second message of it (a late one) finds it held."""
+    sjobs = make_jobs(**FAST, schedule_fire_timeout_s=0.6)
+    sjobs.register(Lingerer)
+    agent = sjobs.get_agent(Lingerer, "l")
+    agent.start()
+    due = make_due(agent, "linger")
+    with worker(sjobs):
+        assert fire_due(sjobs) == 1
+        wait_until(lambda: read_events(sjobs), 30)
+        first_hold = kept_resend_at(sjobs)
+        wait_until(lambda: database_now(sjobs) > first_hold + timedelta(seconds=0.6), 30)
+        assert send_overdue(sjobs) == 0  # held: its resend_at keeps moving on
+        assert kept_resend_at(sjobs) > database_now(sjobs)
+        again = schedule_api.fire(sjobs.services, agent_id(agent), "linger", due, kept=True)
+        assert again == schedule_api.Fired(schedule_api.FireOutcome.HELD)
+        sjobs.redis.rpush(release_key(sjobs), "go")
+        wait_until(lambda: not kept(sjobs), 30)
+    assert [e["phase"] for e in read_events(sjobs)] == ["started", "ended"]
+
+
+def test_a_holder_that_stops_renewing_loses_the_occurrence_to_another_worker(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    """A worker that took an occurrence and stopped (SIGSTOP, cut from the database) holds it
+    no longer once its hold lapses: beat sends it again, another worker fires it, and the
+    first one, back, can neither forget it nor schedule a retry of it."""
+    sjobs = with_agents(make_jobs(**FAST, schedule_fire_timeout_s=0.5))
+    agent = sjobs.get_agent(Janitor, "j")
+    agent.start()
+    due = due_alone(agent, "tidy")
+    assert [claim.task_id for claim in claim_due(sjobs)] == ["tidy"]  # its message is lost
+    where = (agent_id(agent), "tidy", due)
+    with sjobs.db.write() as conn:
+        assert schedule_ops.take_fire(conn, *where, attempt=1, token="stopped", hold_s=0.5)
+    held_until = kept_resend_at(sjobs)
+    with worker(sjobs):
+        assert send_overdue(sjobs) == 0  # held
+        wait_until(lambda: database_now(sjobs) > held_until, 30)
+        assert send_overdue(sjobs) == 1
+        wait_until(lambda: read_events(sjobs) and not kept(sjobs), 30)
+    with sjobs.db.write() as conn:
+        late = [
+            schedule_ops.retry_fire(conn, *where, token="stopped", attempt=2, in_s=0),
+            schedule_ops.forget_fire(conn, *where, token="stopped"),
+        ]
+    assert late == [False, False]
+    assert [e["attempt"] for e in read_events(sjobs)] == [1]

@@ -68,7 +68,8 @@ schedules = cast(Table, ScheduleRow.__table__)
 
 
 class FireRow(Base):
-    """An occurrence claimed and not yet fired: sent again by beat from ``resend_at`` on."""
+    """An occurrence claimed and not yet fired: sent again by beat from ``resend_at`` on.
+    ``run_token`` names the worker firing it (None: nobody yet, or its hold lapsed)."""
 
     __tablename__ = "think_schedule_fires"
     __table_args__ = (Index("ix_think_schedule_fires_resend", "resend_at"),)
@@ -79,6 +80,7 @@ class FireRow(Base):
     due_at: Mapped[datetime] = mapped_column(primary_key=True)
     attempt: Mapped[int] = mapped_column(Integer)
     resend_at: Mapped[datetime]
+    run_token: Mapped[str | None] = mapped_column(String(36))
 
 
 fires = cast(Table, FireRow.__table__)
@@ -387,13 +389,14 @@ def kept_fires(conn: Connection) -> list[KeptFire]:
 
 def postpone_fire(conn: Connection, fire: KeptFire, *, resend_at: datetime) -> bool:
     """Take ``fire`` for sending again by moving its ``resend_at`` on; False when another beat
-    took it first, or a worker fired it meanwhile."""
+    took it first, or a worker fired it meanwhile. A worker that had taken it and let its
+    hold lapse loses it: the message sent again may be taken."""
     statement = update(fires).where(
         fires.c.schedule_id == fire.schedule_id,
         fires.c.due_at == fire.due_at,
         fires.c.resend_at == fire.resend_at,
     )
-    return conn.execute(statement.values(resend_at=resend_at)).rowcount == 1
+    return conn.execute(statement.values(resend_at=resend_at, run_token=None)).rowcount == 1
 
 
 def _fire_of(agent_id: int, task_id: str, due_at: datetime) -> Any:
@@ -409,19 +412,76 @@ def is_kept(conn: Connection, agent_id: int, task_id: str, due_at: datetime) -> 
     return found.first() is not None
 
 
+def take_fire(
+    conn: Connection,
+    agent_id: int,
+    task_id: str,
+    due_at: datetime,
+    *,
+    attempt: int,
+    token: str,
+    hold_s: float,
+) -> bool:
+    """Take the kept occurrence to fire it as ``attempt``, held ``hold_s`` from now by the
+    database's clock (beat sends it again only once a hold lapses); False when it is not
+    kept, is kept for another attempt, or another worker holds it."""
+    statement = update(fires).where(
+        _fire_of(agent_id, task_id, due_at), fires.c.attempt == attempt, fires.c.run_token.is_(None)
+    )
+    values = {"run_token": token, "resend_at": db_now_plus(literal(hold_s, Float()))}
+    return conn.execute(statement.values(**values)).rowcount == 1
+
+
+def hold_fire(
+    conn: Connection, agent_id: int, task_id: str, due_at: datetime, *, token: str, hold_s: float
+) -> bool:
+    """Hold a taken occurrence ``hold_s`` more; False when the holder lost it (its hold
+    lapsed and beat sent it again) or it is gone."""
+    statement = update(fires).where(_of_holder(agent_id, task_id, due_at, token))
+    resend_at = db_now_plus(literal(hold_s, Float()))
+    return conn.execute(statement.values(resend_at=resend_at)).rowcount == 1
+
+
+def release_fire(
+    conn: Connection, agent_id: int, task_id: str, due_at: datetime, *, token: str
+) -> bool:
+    """Give a taken occurrence back untouched (this worker cannot fire it)."""
+    statement = update(fires).where(_of_holder(agent_id, task_id, due_at, token))
+    return conn.execute(statement.values(run_token=None)).rowcount == 1
+
+
 def retry_fire(
-    conn: Connection, agent_id: int, task_id: str, due_at: datetime, *, attempt: int, in_s: float
+    conn: Connection,
+    agent_id: int,
+    task_id: str,
+    due_at: datetime,
+    *,
+    token: str,
+    attempt: int,
+    in_s: float,
 ) -> bool:
     """Have beat send the occurrence again as ``attempt``, ``in_s`` from now by the database's
-    clock."""
-    statement = update(fires).where(_fire_of(agent_id, task_id, due_at))
-    resend_at = db_now_plus(literal(in_s, Float()))
-    return conn.execute(statement.values(attempt=attempt, resend_at=resend_at)).rowcount == 1
+    clock; False when its holder lost it meanwhile."""
+    statement = update(fires).where(_of_holder(agent_id, task_id, due_at, token))
+    values = {
+        "attempt": attempt,
+        "resend_at": db_now_plus(literal(in_s, Float())),
+        "run_token": None,
+    }
+    return conn.execute(statement.values(**values)).rowcount == 1
 
 
-def forget_fire(conn: Connection, agent_id: int, task_id: str, due_at: datetime) -> bool:
-    """The occurrence has its outcome: beat sends it no more."""
-    return conn.execute(delete(fires).where(_fire_of(agent_id, task_id, due_at))).rowcount == 1
+def forget_fire(
+    conn: Connection, agent_id: int, task_id: str, due_at: datetime, *, token: str
+) -> bool:
+    """The occurrence has its outcome: beat sends it no more. False when its holder lost it
+    meanwhile (another worker fires it now)."""
+    statement = delete(fires).where(_of_holder(agent_id, task_id, due_at, token))
+    return conn.execute(statement).rowcount == 1
+
+
+def _of_holder(agent_id: int, task_id: str, due_at: datetime, token: str) -> Any:
+    return _fire_of(agent_id, task_id, due_at) & (fires.c.run_token == token)
 
 
 def forget_fires(conn: Connection, schedule_id: int, due_at: datetime) -> None:

@@ -28,7 +28,7 @@ from typing import Any, Final
 from think_jobs.db import schedules as schedule_ops
 from think_jobs.db.dialect import server_now
 from think_jobs.db.schedules import ScheduleSpec
-from think_jobs.engine import submissions
+from think_jobs.engine import fire_holds, submissions
 from think_jobs.engine.ports import AgentHooks, Services
 from think_jobs.errors import AgentNotRegisteredError, ScheduleError
 from think_jobs.messages import user_text_message
@@ -92,6 +92,7 @@ class FireOutcome(StrEnum):
     FAILED = "failed"  # the action failed on its last attempt
     RETRYING = "retrying"  # the action failed; beat sends the next attempt after a backoff
     FIRED_ALREADY = "fired-already"  # sent again, but fired meanwhile (or its task removed)
+    HELD = "held"  # sent again while another worker fires it (or for an earlier attempt)
 
 
 @dataclass(frozen=True)
@@ -181,32 +182,34 @@ def fire(
     """Fire one claimed occurrence on a worker; returns what happened (for logs and tests).
 
     ``kept``: beat keeps the occurrence in ``think_schedule_fires`` until it is fired (every
-    beat since that table): it is fired only while kept, forgotten once it has its outcome, and
-    a failure with attempts left has beat send the next attempt after the backoff
-    (``RETRYING``). Otherwise (a message of an older beat) ``RetryFire`` is raised for Celery
-    to retry.
+    beat since that table): this worker fires it only if it takes it (one worker at a time,
+    ``engine.fire_holds``), holds it while it fires, and then forgets it; a failure with
+    attempts left has beat send the next attempt after the backoff (``RETRYING``). Otherwise
+    (a message of an older beat) ``RetryFire`` is raised for Celery to retry.
     """
-    if kept and not _still_kept(services, agent_id, task_id, scheduled_for):
-        return Fired(FireOutcome.FIRED_ALREADY)
+    if kept:
+        return _fire_kept(services, agent_id, task_id, scheduled_for, attempt=attempt)
+    return _fire(services, agent_id, task_id, scheduled_for, attempt=attempt)
+
+
+def _fire_kept(
+    services: Services, agent_id: int, task_id: str, scheduled_for: datetime, *, attempt: int
+) -> Fired:
+    hold = fire_holds.take(services, agent_id, task_id, scheduled_for, attempt=attempt)
+    if hold is None:
+        held = fire_holds.is_kept(services, agent_id, task_id, scheduled_for)
+        return Fired(FireOutcome.HELD if held else FireOutcome.FIRED_ALREADY)
     try:
-        fired = _fire(services, agent_id, task_id, scheduled_for, attempt=attempt)
+        with fire_holds.holding(services, hold):
+            fired = _fire(services, agent_id, task_id, scheduled_for, attempt=attempt)
     except RetryFire as retry:
-        if not kept:
-            raise
-        with services.db.write() as conn:
-            schedule_ops.retry_fire(
-                conn, agent_id, task_id, scheduled_for, attempt=attempt + 1, in_s=retry.countdown_s
-            )
+        fire_holds.retry(services, hold, attempt=attempt + 1, in_s=retry.countdown_s)
         return Fired(FireOutcome.RETRYING)
-    if kept and fired.outcome is not FireOutcome.UNREGISTERED:  # another worker may serve it
-        with services.db.write() as conn:
-            schedule_ops.forget_fire(conn, agent_id, task_id, scheduled_for)
+    if fired.outcome is FireOutcome.UNREGISTERED:  # another worker may serve it
+        fire_holds.release(services, hold)
+    else:
+        fire_holds.forget(services, hold)
     return fired
-
-
-def _still_kept(services: Services, agent_id: int, task_id: str, scheduled_for: datetime) -> bool:
-    with services.db.read() as conn:
-        return schedule_ops.is_kept(conn, agent_id, task_id, scheduled_for)
 
 
 def _fire(

@@ -12,8 +12,9 @@ and go while beat runs, and a restart must not forget what was due. So the sched
 2. after the commit, sends ``think_jobs.fire_schedule`` per claim; a worker fires it. When
    the broker is down, the claims not sent are given back and the next tick tries again;
 3. sends again the kept occurrences still unfired ``schedule_fire_timeout_s`` after their
-   last send (the message was lost: a beat killed before sending, a worker killed while
-   firing, Redis restarted empty), and the next attempt of a failed one after its backoff.
+   last send or their worker's last renewal of its hold (the message was lost: a beat killed
+   before sending, a worker killed or stopped while firing, Redis restarted empty), and the
+   next attempt of a failed one after its backoff.
 
 "Now" is the database server's clock, read once per tick.
 
