@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -20,9 +21,11 @@ import pytest
 from tests.apps.scheduled_agents import (
     DIGEST_PROMPT,
     Janitor,
+    Lingerer,
     Reporter,
     make_due,
     read_events,
+    release_key,
     stored,
     submission_for,
 )
@@ -37,6 +40,7 @@ from tests.support.processes import (
 )
 from tests.support.processes import beat_processes as _beat_processes
 from think_jobs import Think, ThinkJobs
+from think_jobs.db import schedules as schedule_ops
 from think_jobs.db.dialect import server_now
 from think_jobs.scheduled_task import occurrence_key
 from think_jobs.scheduling import next_occurrence
@@ -84,6 +88,7 @@ def local(make_jobs: Callable[..., ThinkJobs]) -> ThinkJobs:
     jobs = make_jobs(beat_tick_interval_s=0.2)
     jobs.register(Reporter)
     jobs.register(Janitor)
+    jobs.register(Lingerer)
     return jobs
 
 
@@ -311,3 +316,46 @@ def test_the_cli_lists_occurrences_claimed_and_not_fired_yet(
     table = run_cli(env, "schedules", "list").stdout
     assert "1 claimed, not fired yet" in table
     assert f"Reporter:acme digest for {due.isoformat()}: attempt 1, again at" in table
+
+
+def test_a_worker_stopped_while_it_fires_loses_the_occurrence_to_another(
+    local: ThinkJobs, env: dict[str, str]
+) -> None:
+    """SIGSTOP past ``schedule_fire_timeout_s`` while a handler runs: beat sends the occurrence
+    again, a second worker fires it and forgets it; the first, resumed, finishes its handler
+    (it cannot be stopped) but knows it lost the occurrence, and nothing is sent again."""
+    timed = {**env, "THINK_JOBS_SCHEDULE_FIRE_TIMEOUT_S": "1.5"}
+    agent = local.get_agent(Lingerer, "l")
+    agent.start()
+
+    def phases() -> list[tuple[str, int]]:
+        return [(e["phase"], e["pid"]) for e in read_events(local)]
+
+    with worker_processes(timed, count=1, app=APP) as [first], beat_processes(timed):
+        make_due(agent, "linger")
+        wait_until(lambda: phases(), 30, message=lambda: output_of([first]))
+        os.killpg(first.process.pid, signal.SIGSTOP)
+        try:
+            with worker_processes(timed, count=1, app=APP) as [second]:
+                wait_until(lambda: len(phases()) == 2, 30, message=lambda: output_of([second]))
+                local.redis.rpush(release_key(local, second.process.pid), "go")
+                wait_until(lambda: len(phases()) == 3, 30)
+                wait_until(lambda: kept_count(local) == 0, 30)
+        finally:
+            os.killpg(first.process.pid, signal.SIGCONT)
+        wait_until(lambda: first.lines("lost its hold"), 30, message=lambda: output_of([first]))
+        local.redis.rpush(release_key(local, first.process.pid), "go")
+        wait_until(lambda: len(phases()) == 4, 30)
+    stopped, resumed = first.process.pid, second.process.pid
+    assert phases() == [
+        ("started", stopped),
+        ("started", resumed),
+        ("ended", resumed),
+        ("ended", stopped),
+    ]
+    assert kept_count(local) == 0
+
+
+def kept_count(jobs: ThinkJobs) -> int:
+    with jobs.db.read() as conn:
+        return len(schedule_ops.kept_fires(conn))

@@ -132,16 +132,17 @@ class Janitor(Think):
         }
 
 
-def release_key(jobs: ThinkJobs) -> str:
-    return f"{jobs.keys.prefix}:linger-release"
+def release_key(jobs: ThinkJobs, pid: int) -> str:
+    """What releases the lingering handler running in process ``pid``."""
+    return f"{jobs.keys.prefix}:linger-release:{pid}"
 
 
 def lingering_handler(agent: Think, ctx: ScheduleContext) -> None:
-    """Records its start, waits until the test pushes to ``release_key`` (at most 60 s), then
-    records its end: a handler that runs as long as the test needs."""
-    record(agent.jobs, task_id=ctx.task_id, attempt=ctx.attempt, phase="started")
-    agent.jobs.redis.blpop([release_key(agent.jobs)], timeout=60)
-    record(agent.jobs, task_id=ctx.task_id, attempt=ctx.attempt, phase="ended")
+    """Records its start, waits until the test pushes to its process's ``release_key`` (at
+    most 60 s), then records its end: a handler that runs as long as the test needs."""
+    record(agent.jobs, task_id=ctx.task_id, phase="started", pid=os.getpid())
+    agent.jobs.redis.blpop([release_key(agent.jobs, os.getpid())], timeout=60)
+    record(agent.jobs, task_id=ctx.task_id, phase="ended", pid=os.getpid())
 
 
 class Lingerer(Think):
@@ -165,3 +166,4 @@ jobs = ThinkJobs()
 jobs.register(Reporter)
 jobs.register(Janitor)
 jobs.register(Plain)
+jobs.register(Lingerer)

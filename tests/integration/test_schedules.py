@@ -7,6 +7,7 @@ and the code under test fires it, instead of waiting for the occurrence to come.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -597,7 +598,7 @@ def test_a_handler_running_past_the_timeout_is_held_and_fired_once(
         assert kept_resend_at(sjobs) > database_now(sjobs)
         again = schedule_api.fire(sjobs.services, agent_id(agent), "linger", due, kept=True)
         assert again == schedule_api.Fired(schedule_api.FireOutcome.HELD)
-        sjobs.redis.rpush(release_key(sjobs), "go")
+        sjobs.redis.rpush(release_key(sjobs, os.getpid()), "go")  # an in-process worker
         wait_until(lambda: not kept(sjobs), 30)
     assert [e["phase"] for e in read_events(sjobs)] == ["started", "ended"]
 
