@@ -87,26 +87,34 @@ def _renew(services: Services, hold: Hold, stop: threading.Event) -> None:
             log.warning("could not hold scheduled task %s: %s", hold.task_id, error)
             continue
         if not held and not stop.is_set():
-            log.warning(
-                "scheduled task %s of agent row %s (%s) lost its hold (not renewed within "
-                "schedule_fire_timeout_s): beat sent it again, and another worker may fire it",
-                *hold.where,
-            )
+            _warn_lost(hold, "another worker may fire it")
             return
 
 
-def retry(services: Services, hold: Hold, *, attempt: int, in_s: float) -> bool:
-    """Have beat send ``attempt`` after ``in_s``; False when the hold was lost."""
+def retry(services: Services, hold: Hold, *, attempt: int, in_s: float) -> None:
+    """Have beat send ``attempt`` after ``in_s`` (nothing, logged, if the hold was lost)."""
     with services.db.write() as conn:
-        return schedule_ops.retry_fire(
+        kept = schedule_ops.retry_fire(
             conn, *hold.where, token=hold.token, attempt=attempt, in_s=in_s
         )
+    if not kept:
+        _warn_lost(hold, "its retry is left to the worker that fires it now")
 
 
-def forget(services: Services, hold: Hold) -> bool:
-    """The occurrence has its outcome; False when the hold was lost meanwhile."""
+def forget(services: Services, hold: Hold) -> None:
+    """The occurrence has its outcome (nothing, logged, if the hold was lost meanwhile)."""
     with services.db.write() as conn:
-        return schedule_ops.forget_fire(conn, *hold.where, token=hold.token)
+        forgotten = schedule_ops.forget_fire(conn, *hold.where, token=hold.token)
+    if not forgotten:
+        _warn_lost(hold, "the worker that fires it now forgets it")
+
+
+def _warn_lost(hold: Hold, what_next: str) -> None:
+    log.warning(
+        "scheduled task %s of agent row %s (%s) lost its hold (not renewed within "
+        "schedule_fire_timeout_s): beat sent it again; %s",
+        *(hold.task_id, hold.agent_id, hold.due_at, what_next),
+    )
 
 
 def release(services: Services, hold: Hold) -> None:
