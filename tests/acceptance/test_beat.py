@@ -310,7 +310,11 @@ def test_the_cli_lists_occurrences_claimed_and_not_fired_yet(
     assert listed.returncode == 0, listed.stderr
     by_task = {row["task_id"]: row for row in json.loads(listed.stdout)}
     [unfired] = by_task["digest"]["unfired"]
-    assert (unfired["scheduled_for"], unfired["attempt"]) == (due.isoformat(), 1)
+    assert (unfired["scheduled_for"], unfired["attempt"], unfired["held"]) == (
+        due.isoformat(),
+        1,
+        False,
+    )
     assert datetime.fromisoformat(unfired["resend_at"]) > due
     assert by_task["nudge"]["unfired"] == []
     table = run_cli(env, "schedules", "list").stdout
@@ -332,8 +336,10 @@ def test_a_worker_stopped_while_it_fires_loses_the_occurrence_to_another(
         return [(e["phase"], e["pid"]) for e in read_events(local)]
 
     with worker_processes(timed, count=1, app=APP) as [first], beat_processes(timed):
-        make_due(agent, "linger")
+        due = make_due(agent, "linger")
         wait_until(lambda: phases(), 30, message=lambda: output_of([first]))
+        table = run_cli(timed, "schedules", "list").stdout
+        assert f"Lingerer:l linger for {due.isoformat()}: attempt 1, a worker is firing it" in table
         os.killpg(first.process.pid, signal.SIGSTOP)
         try:
             with worker_processes(timed, count=1, app=APP) as [second]:

@@ -133,6 +133,7 @@ def _unfired(fire: KeptFire) -> dict[str, Any]:
         "scheduled_for": fire.due_at.isoformat(),
         "attempt": fire.attempt,
         "resend_at": fire.resend_at.isoformat(),
+        "held": fire.held,
     }
 
 
@@ -143,9 +144,11 @@ def _print_unfired(kept: list[KeptFire]) -> None:
         return
     click.echo(f"{len(kept)} claimed, not fired yet (beat sends each again at its time):")
     for fire in kept:
+        when = fire.resend_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+        state = f"a worker is firing it (held until {when})" if fire.held else f"again at {when}"
         click.echo(
             f"  {fire.address} {fire.task_id} for {fire.due_at.isoformat()}: attempt "
-            f"{fire.attempt}, again at {fire.resend_at.strftime('%Y-%m-%d %H:%M:%S UTC')}"
+            f"{fire.attempt}, {state}"
         )
 
 

@@ -304,7 +304,8 @@ def list_all(conn: Connection) -> list[StoredSchedule]:
 
 @dataclass(frozen=True)
 class KeptFire:
-    """A claimed occurrence no worker has fired yet, with what its message carries."""
+    """A claimed occurrence no worker has fired yet, with what its message carries. ``held``:
+    a worker has taken it and is firing it (``resend_at`` is then when its hold lapses)."""
 
     schedule_id: int
     agent_id: int
@@ -314,6 +315,7 @@ class KeptFire:
     due_at: datetime
     attempt: int
     resend_at: datetime
+    held: bool = False
 
     @property
     def address(self) -> str:
@@ -346,6 +348,7 @@ def _select_kept() -> Any:
             fires.c.due_at,
             fires.c.attempt,
             fires.c.resend_at,
+            fires.c.run_token.is_not(None).label("held"),
         )
         .join(schedules, schedules.c.id == fires.c.schedule_id)
         .join(agents, agents.c.id == schedules.c.agent_id)
