@@ -11,6 +11,7 @@ skewed clocks) are in ``test_faults_fencing.py``.
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from sqlalchemy import select, update
 from tests.apps.agents import Recorder
 from tests.support.builders import buffer_key, directive, user, wait_for_status, wait_until
 from tests.support.processes import worker_processes
+from tests.support.proxy import proxy_to
 from think_jobs import Think, ThinkJobs
 from think_jobs.db.dialect import db_now_plus
 from think_jobs.db.tables import agents
@@ -342,3 +344,33 @@ def test_a_resumed_attempt_whose_lease_nobody_took_renews_it_and_goes_on(
     expire_lease(jobs, agent)  # expired by the database's clock, but taken by no one
     assert watch.confirm() is True
     assert watch.reason is None and not lease.lapsed  # renewed through the fence
+
+
+def test_a_recovery_that_cannot_reach_redis_waits_for_the_stream_it_continues(
+    make_jobs: Any, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The attempt that died streamed ``a1 a2 a3`` and stored no partial. The recovering one,
+    cut from Redis as it starts (connections refused, as while Redis restarts), waits for the
+    stream rather than continue from the empty stored partial, which would stream those words
+    a second time, before its own, and store a reply without them."""
+    jobs = make_jobs(lease_ttl_s=300)
+    agent, submission, stale, _ = paused_attempt(jobs, "mid")
+    expire_lease(jobs, agent)
+    with proxy_to(6379) as proxy:
+        proxy.down()
+        cut_off = make_jobs(lease_ttl_s=300, redis_url=proxy.url(_through_port(redis_url)))
+        cut_off.register(Gated)
+        recovering = threading.Thread(target=take_over_and_finish, args=(cut_off, agent))
+        with caplog.at_level(logging.WARNING, logger="think_jobs.transport.streams"):
+            recovering.start()
+            wait_until(lambda: "stream take-over failed" in caplog.text)
+        proxy.heal()
+        recovering.join(30)
+    assert not recovering.is_alive()
+    resume(agent.name, stale)
+    assert_one_reply_matching_its_stream(agent, submission, "a1 a2 a3 b1 b2")
+
+
+def _through_port(redis_url: str) -> str:
+    """``redis_url`` with its port left for the proxy's (``Proxy.url``)."""
+    return redis_url.replace(":6379/", ":{port}/")

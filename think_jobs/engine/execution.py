@@ -217,14 +217,16 @@ def _tools(
         stall_timeout_s=agent.stall_timeout_s,
     ).start()  # first: taking a stream connection may wait on an unreachable Redis
     try:
-        writer = _writer(services, agent, turn, lease)
+        writer = _writer(services, agent, turn, lease, watch)
     except BaseException:
         watch.close()
         raise
     return Tools(lease, watch, writer)
 
 
-def _writer(services: Services, agent: AgentHooks, turn: TurnRecord, lease: Lease) -> StreamWriter:
+def _writer(
+    services: Services, agent: AgentHooks, turn: TurnRecord, lease: Lease, watch: TurnWatch
+) -> StreamWriter:
     writer = StreamWriter(
         services.clients.turn_stream(),  # held until the attempt ends (``run_and_release``)
         services.keys,
@@ -237,7 +239,13 @@ def _writer(services: Services, agent: AgentHooks, turn: TurnRecord, lease: Leas
         flush_window_s=services.settings.stream_flush_window_ms / 1000,
     )
     if turn.attempt > 1:
-        writer.take_over()  # before the partial is read: nothing stale can be added after
+        # Before the partial is read (nothing stale can be added after), and waiting for an
+        # unreachable Redis up to a lease's length, for as long as the attempt may go on:
+        # without what the stream holds it would continue from the stored partial alone.
+        writer.take_over_within(
+            services.settings.lease_ttl_s,
+            keep_trying=lambda: watch.reason is None and lease.locally_valid(),
+        )
     return writer
 
 

@@ -67,6 +67,7 @@ log = logging.getLogger(__name__)
 
 _RETRY_S = 1.0  # after a failed send, queue without sending this long (done always tries)
 _BUSY_RETRY_S = 0.0005  # the flusher found a writer's lock taken: look again this soon
+_TAKE_OVER_RETRY_S = 0.2  # a recovering attempt waiting for Redis asks again this often
 STORE_EPOCH = 2**31  # the database's own writes (rebuilds, ends of turns that never ran)
 
 
@@ -278,13 +279,32 @@ class StreamWriter:
         with self._lock:
             return self._take_over()
 
-    def _take_over(self) -> bool:
+    def take_over_within(self, wait_s: float, *, keep_trying: Callable[[], bool]) -> bool:
+        """``take_over``, tried again every ``_TAKE_OVER_RETRY_S`` while Redis is unreachable,
+        for up to ``wait_s`` and while ``keep_trying()``. A recovering attempt needs what the
+        stream holds before it starts: the events of the attempt that died are often not in
+        its stored partial, and an attempt that went on without them would stream their text
+        a second time when it takes the stream over at its first send."""
+        deadline = time.monotonic() + wait_s
+        with self._lock:
+            if self._take_over():
+                return True
+        while not self.lost and keep_trying() and time.monotonic() < deadline:
+            time.sleep(min(_TAKE_OVER_RETRY_S, max(0.0, deadline - time.monotonic())))
+            with self._lock:
+                if self._take_over(quiet=True):
+                    log.info("stream of %s taken over once Redis answered", self.ref.request_id)
+                    return True
+        return False
+
+    def _take_over(self, *, quiet: bool = False) -> bool:
         try:
             script = self.client.register_script(_TAKE_OVER_LUA)
             keys = [self._names.buffer, self._names.state]
             outcome, events = script(keys=keys, args=[self.epoch, self._ttl_s])
         except redis.RedisError as error:
-            log.warning("stream take-over failed for %s: %s", self.ref.request_id, error)
+            if not quiet:
+                log.warning("stream take-over failed for %s: %s", self.ref.request_id, error)
             return False
         if Outcome(int(outcome)) is not Outcome.APPENDED:
             self.lost = True
