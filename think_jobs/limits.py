@@ -148,6 +148,15 @@ def is_unicode(text: str) -> bool:
     return True
 
 
+def well_formed(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD, as a decoder does with ill-formed
+    input (a surrogate pair held as two code points becomes its one character): text to stream
+    and store, which must encode to UTF-8 and read back."""
+    if is_unicode(text):
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def _is_container(node: object) -> bool:
     """JSON objects and arrays; a pydantic model inside a value is not JSON (refused)."""
     return isinstance(node, Mapping | list | tuple)

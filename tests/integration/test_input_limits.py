@@ -25,8 +25,9 @@ from think_jobs.context import utcnow
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db.tables import turns
 from think_jobs.errors import InvalidInputError, MessageValidationError, StoredMessageError
-from think_jobs.messages import ToolPart, coerce_message
+from think_jobs.messages import ToolPart, coerce_message, message_text
 from think_jobs.models.base import ModelRequest
+from think_jobs.replay import assemble
 from think_jobs.testing import worker
 from web import create_app
 
@@ -440,3 +441,79 @@ def test_a_messages_function_that_raises_fails_its_turn_and_the_next_turn_runs(
     failed = agent.save_messages(broken)
     assert (failed.status, failed.error) == ("error", "could not build the messages")
     assert agent.save_messages([user('{"text": "fine"}')]).status == "completed"
+
+
+class RaggedModel:
+    """Text, an error or a tool's error holding a lone surrogate (valid in a Python ``str``
+    and in a JSON escape, but not UTF-8), by what the user message asks."""
+
+    def stream(self, request: ModelRequest) -> Iterator[dict[str, Any]]:
+        asked = message_text(request.messages[-1])
+        if asked == "raise":
+            raise RuntimeError("boom \udc80")
+        if asked == "tool" and request.step == 0:
+            yield {"type": "tool-input-available", "toolCallId": "c1", "toolName": "ragged"}
+            return
+        yield {"type": "text-start", "id": "t"}
+        yield {"type": "text-delta", "id": "t", "delta": "a\ud800b"}
+        yield {"type": "text-delta", "id": "t", "delta": " \ud83d\ude00"}  # a pair: one emoji
+        yield {"type": "text-end", "id": "t"}
+        if asked == "error":
+            yield {"type": "error", "errorText": "bad \ud800 thing"}
+
+
+class Ragged(Think):
+    def get_model(self) -> RaggedModel:
+        return RaggedModel()
+
+    def get_tools(self) -> dict[str, Any]:
+        from think_jobs.tools import tool
+
+        @tool
+        def ragged() -> Any:
+            """Raises with a lone surrogate in its message."""
+            raise ValueError("no \udfff way")
+
+        return {"ragged": ragged}
+
+
+def test_text_a_model_streams_with_a_lone_surrogate_is_stored_and_streamed_well_formed(
+    jobs: ThinkJobs,
+) -> None:
+    """Such a reply used to be stored and then fail every later turn of the agent ("stored
+    message ... cannot be read"); each lone surrogate is now U+FFFD, in the reply and its
+    stream alike, and the conversation reads back."""
+    agent = jobs.get_agent(Ragged, "a")
+    result = agent.save_messages([user("text")])
+    assert result.status == "completed"
+    assert agent.save_messages([user("again")]).status == "completed"
+    [_, reply, _, _] = agent.get_messages()
+    assert message_text(reply) == "a\ufffdb \U0001f600"
+    events = list(agent.stream(result.request_id, timeout_s=5))
+    chunks = [e.chunk for e in events if e.chunk is not None]
+    assert assemble(chunks, reply.id).parts == reply.parts
+
+
+@pytest.mark.parametrize(
+    ("asked", "error"), [("error", "bad \ufffd thing"), ("raise", "boom \ufffd")]
+)
+def test_an_error_with_a_lone_surrogate_ends_its_turn_and_the_agent_goes_on(
+    jobs: ThinkJobs, asked: str, error: str
+) -> None:
+    agent = jobs.get_agent(Ragged, "a")
+    failed = agent.save_messages([user(asked)])
+    assert (failed.status, failed.error) == ("error", error)
+    [done] = [e for e in agent.stream(failed.request_id, timeout_s=5) if e.done]
+    assert (done.status, done.error) == ("error", error)
+    assert agent.save_messages([user("text")]).status == "completed"
+
+
+def test_a_tool_error_with_a_lone_surrogate_reaches_the_model_well_formed(
+    jobs: ThinkJobs,
+) -> None:
+    agent = jobs.get_agent(Ragged, "a")
+    assert agent.save_messages([user("tool")]).status == "completed"
+    [_, reply] = agent.get_messages()
+    [tool_part] = [p for p in reply.parts if p.type == "tool-ragged"]
+    assert isinstance(tool_part, ToolPart)
+    assert (tool_part.state, tool_part.error_text) == ("output-error", "no \ufffd way")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from think_jobs.errors import InvalidInputError, MessageValidationError, StoredMessageError
 from think_jobs.json_text import array_elements, leading_id
-from think_jobs.limits import DEFAULT_LIMITS, Limits, json_depth
+from think_jobs.limits import DEFAULT_LIMITS, Limits, json_depth, well_formed
 from think_jobs.messages import (
     UIMessage,
     coerce_message,
@@ -275,3 +275,19 @@ def test_accepted_values_read_back_and_refused_ones_are_named(data: Any, depth: 
         return
     assert stored_messages(json.dumps([wire]))[0].to_wire() == wire
     assert json.loads(json.dumps(wire)) == wire
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("plain", "plain"),
+        ("é 😀", "é 😀"),
+        ("a\ud800b", "a\ufffdb"),  # a lone high surrogate
+        ("\udc80", "\ufffd"),  # a lone low one
+        ("x\ud83d\ude00", "x\U0001f600"),  # a pair held as two code points is its character
+        ("\ude00\ud83d", "\ufffd\ufffd"),  # the wrong order is two lone ones
+    ],
+)
+def test_well_formed_text_replaces_each_lone_surrogate(text: str, expected: str) -> None:
+    assert well_formed(text) == expected
+    assert well_formed(text).encode("utf-8")

@@ -34,7 +34,7 @@ from think_jobs.engine.model_loop import RunOutcome, TurnRunner
 from think_jobs.engine.ports import AgentHooks, Services
 from think_jobs.engine.watch import StopReason, TurnWatch
 from think_jobs.errors import StoredMessageError
-from think_jobs.limits import Limits
+from think_jobs.limits import Limits, well_formed
 from think_jobs.messages import UIMessage, coerce_messages, message_text, stored_messages
 from think_jobs.models.base import ModelRequest
 from think_jobs.observe import metrics, tracing
@@ -341,10 +341,13 @@ class Attempt:
     # -- delivery (after execution wrote the outcome) ------------------------------------------
 
     def final_status(self, outcome: RunOutcome) -> tuple[str, str | None]:
-        """The status and error this attempt writes for ``outcome``."""
+        """The status and error this attempt writes for ``outcome``. The error may quote an
+        exception (a hook's, a callback's): it is made well-formed text, or it could be
+        neither stored nor streamed."""
+        error = outcome.error
         if outcome.status == "aborted" and self.watch.reason is not None:
-            return outcome.status, self.watch.reason.text
-        return outcome.status, outcome.error
+            error = self.watch.reason.text
+        return outcome.status, None if error is None else well_formed(error)
 
     def deliver(self, outcome: RunOutcome, written: Written) -> TurnResult:
         """End the stream, then call the hooks in Think's order for what was written."""

@@ -37,7 +37,7 @@ from think_jobs.chunks import (
 )
 from think_jobs.domain.records import ApprovalAnswer, ApprovalAsked
 from think_jobs.domain.status import FinalStatus
-from think_jobs.limits import value_problem
+from think_jobs.limits import is_unicode, value_problem, well_formed
 from think_jobs.messages import DynamicToolPart, Part, ToolApproval, ToolPart, UIMessage
 from think_jobs.models.base import Model, ModelRequest
 from think_jobs.observe import tracing
@@ -66,7 +66,7 @@ class _ModelFailed(Exception):
     """The model raised, or streamed an ``error`` chunk (then ``streamed`` is True)."""
 
     def __init__(self, message: str, *, streamed: bool = False) -> None:
-        super().__init__(message)
+        super().__init__(well_formed(message))  # it is streamed and stored as the turn's error
         self.streamed = streamed
 
 
@@ -240,7 +240,19 @@ def _parse_model_chunk(raw_iterator_item: Chunk | Mapping[str, Any], depth_limit
     problem = json_problem(chunk, depth_limit)
     if problem is not None:
         raise _ModelFailed(f"model produced a chunk that could not be stored: {problem}")
-    return chunk
+    return _well_formed(chunk)
+
+
+def _well_formed(chunk: Chunk) -> Chunk:
+    """``chunk`` with each lone surrogate in its text (a delta, an id, an error) replaced by
+    U+FFFD: such text can be neither streamed nor stored and read back, and one reply holding
+    it would fail every later turn of the agent. Its free-form JSON is ``json_problem``'s."""
+    fixed = {
+        name: well_formed(value)
+        for name, value in chunk.__dict__.items()
+        if isinstance(value, str) and not is_unicode(value)
+    }
+    return chunk.model_copy(update=fixed) if fixed else chunk
 
 
 _FREE_JSON = ("data", "input", "output", "message_metadata", "provider_metadata")
@@ -279,8 +291,8 @@ def _close(stream: Iterator[Any]) -> None:
 
 
 def _describe(error: BaseException) -> str:
-    text = str(error)
-    return text if text else type(error).__name__
+    """What a model or tool that raised says, streamed and stored (so: well-formed text)."""
+    return well_formed(str(error)) or type(error).__name__
 
 
 def _needs_approval(tool: Tool, raw_input: Any) -> bool:
