@@ -100,12 +100,15 @@ class ReasoningEndChunk(ChunkModel):
     provider_metadata: ProviderMetadata | None = None
 
 
+ToolName = Annotated[str, Field(min_length=1)]  # a part's type is ``tool-<name>``
+
+
 class ToolInputStartChunk(ChunkModel):
     """A tool call begins; its input JSON follows as ``tool-input-delta`` text."""
 
     type: Literal["tool-input-start"] = "tool-input-start"
     tool_call_id: str
-    tool_name: str
+    tool_name: ToolName
     provider_executed: bool | None = None
     dynamic: bool | None = None
 
@@ -123,7 +126,7 @@ class ToolInputAvailableChunk(ChunkModel):
 
     type: Literal["tool-input-available"] = "tool-input-available"
     tool_call_id: str
-    tool_name: str
+    tool_name: ToolName
     input: Any = None
     provider_executed: bool | None = None
     provider_metadata: ProviderMetadata | None = None
@@ -135,7 +138,7 @@ class ToolInputErrorChunk(ChunkModel):
 
     type: Literal["tool-input-error"] = "tool-input-error"
     tool_call_id: str
-    tool_name: str
+    tool_name: ToolName
     input: Any = None
     provider_executed: bool | None = None
     provider_metadata: ProviderMetadata | None = None

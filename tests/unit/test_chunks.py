@@ -208,6 +208,10 @@ def test_unknown_chunk_type_lists_the_valid_types() -> None:
             "'tool-calls', 'error', 'other' or 'unknown'",
         ),
         ({"type": "data-"}, "data-.type: String should match pattern '^data-.+$'"),
+        (
+            {"type": "tool-input-available", "toolCallId": "c", "toolName": ""},
+            "tool-input-available.toolName: String should have at least 1 character",
+        ),
         ({"delta": "x"}, "chunk.type: Field required"),
         ({"type": None}, "chunk.type: expected a string, got NoneType"),
         ("text", "chunk: expected a chunk object, got str"),
