@@ -247,12 +247,17 @@ def _well_formed(chunk: Chunk) -> Chunk:
     """``chunk`` with each lone surrogate in its text (a delta, an id, an error) replaced by
     U+FFFD: such text can be neither streamed nor stored and read back, and one reply holding
     it would fail every later turn of the agent. Its free-form JSON is ``json_problem``'s."""
+    for value in chunk.__dict__.values():  # per chunk: the common, well-formed case is quick
+        if value.__class__ is str and not value.isascii() and not is_unicode(value):
+            break
+    else:
+        return chunk
     fixed = {
         name: well_formed(value)
         for name, value in chunk.__dict__.items()
         if isinstance(value, str) and not is_unicode(value)
     }
-    return chunk.model_copy(update=fixed) if fixed else chunk
+    return chunk.model_copy(update=fixed)
 
 
 _FREE_JSON = ("data", "input", "output", "message_metadata", "provider_metadata")
