@@ -7,7 +7,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -15,8 +16,11 @@ import pytest
 from tests.apps.agents import Recorder, Staller, read_events
 from tests.support.builders import texts, user, wait_for_status, wait_until
 from tests.support.processes import ROOT, worker_processes
-from think_jobs import StreamCallback, ThinkJobs
+from think_jobs import StreamCallback, Think, ThinkJobs
+from think_jobs.messages import message_text
+from think_jobs.models import ModelRequest, Reply, ScriptedModel, ToolCall
 from think_jobs.testing import worker
+from think_jobs.tools import tool
 
 
 def test_stalled_model_interrupts_the_caller_once_and_a_continuation_finishes(
@@ -124,3 +128,111 @@ def _finished(jobs: ThinkJobs, agent: Any) -> bool:
     with jobs.db.read() as conn:
         rows = turn_ops.active_turns(conn, agent_id)  # type: ignore[arg-type]
     return not rows and len(texts(agent)) == 2
+
+
+# -- an attempt stuck where it cannot be stopped -----------------------------------------------
+
+HUNG = threading.Event()  # the tool has been entered
+UNHANG = threading.Event()  # the test lets it return
+
+
+class Hanger(Think):
+    """Calls a tool that hangs (as one without a timeout does on a server that never answers)
+    when asked ``hang``; answers ``ok`` otherwise."""
+
+    def get_model(self) -> ScriptedModel:
+        def script(request: ModelRequest) -> Reply:
+            asked = message_text(request.messages[-1])
+            if asked == "hang":
+                return Reply(tool_calls=[ToolCall("hang")], then=Reply(text="done"))
+            return Reply(text="ok")
+
+        return ScriptedModel(script)
+
+    def get_tools(self) -> dict[str, Any]:
+        @tool
+        def hang() -> str:
+            """Waits until the test lets it go."""
+            HUNG.set()
+            assert UNHANG.wait(60), "the test never let the hung tool go"
+            return "finally"
+
+        return {"hang": hang}
+
+
+def test_a_cancelled_turn_stuck_in_a_tool_stops_holding_its_agent(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    """The cancel cannot reach into the tool: the attempt's thread stays stuck. Its watch
+    keeps the lease a lease TTL longer (time to wind up), then lets it lapse, so the agent's
+    next turn runs; the stuck attempt, when its tool returns, writes nothing."""
+    HUNG.clear()
+    UNHANG.clear()
+    jobs = make_jobs(lease_ttl_s=1.0)
+    agent = jobs.get_agent(Hanger, "h")
+    stuck = agent.submit_messages([user("hang")])
+    after = agent.submit_messages([user("hello")])
+    try:
+        with worker(jobs, concurrency=2):
+            assert HUNG.wait(30)
+            agent.cancel_submission(stuck.submission_id, "it hangs")
+            wait_for_status(agent, after.submission_id, "completed")
+            UNHANG.set()
+            wait_until(lambda: not _running_turns(jobs))
+    finally:
+        UNHANG.set()
+    cancelled = agent.inspect_submission(stuck.submission_id)
+    assert cancelled is not None and (cancelled.status, cancelled.error) == ("aborted", "it hangs")
+    assert [text for role, text in texts(agent) if role == "assistant"][-1] == "ok"
+    assert "finally" not in json.dumps([m.to_wire() for m in agent.get_messages()])
+
+
+def _running_turns(jobs: ThinkJobs) -> list[Any]:
+    return [task for w in jobs.live_workers() for task in w.running]
+
+
+class Frozen(Think):
+    """Streams one word, then its model call hangs (ignoring the turn's signal); the
+    continuation finishes the reply."""
+
+    stall_timeout_s = 0.3
+
+    def get_model(self) -> FrozenModel:
+        return FrozenModel()
+
+
+class FrozenModel:
+    def stream(self, request: ModelRequest) -> Iterator[dict[str, Any]]:
+        yield {"type": "text-start", "id": "t"}
+        if request.continuation:
+            yield {"type": "text-delta", "id": "t", "delta": "and the rest."}
+        else:
+            yield {"type": "text-delta", "id": "t", "delta": "one "}
+            HUNG.set()
+            assert UNHANG.wait(60), "the test never let the frozen model go"
+            yield {"type": "text-delta", "id": "t", "delta": "never stored"}
+        yield {"type": "text-end", "id": "t"}
+
+
+def test_a_stalled_attempt_stuck_in_its_model_call_is_continued_elsewhere(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    """The stall watchdog stops the attempt, but its model call does not return: a lease TTL
+    later its lease is left to lapse and a continuation finishes the reply meanwhile."""
+    HUNG.clear()
+    UNHANG.clear()
+    jobs = make_jobs(lease_ttl_s=1.0)
+    agent = jobs.get_agent(Frozen, "f")
+    result = agent.submit_messages([user("go")])
+    try:
+        with worker(jobs, concurrency=2):
+            done = wait_for_status(agent, result.submission_id, "completed")
+            UNHANG.set()
+            wait_until(lambda: not _running_turns(jobs))
+    finally:
+        UNHANG.set()
+    assert done.attempt == 2
+    assert texts(agent)[-1] == ("assistant", "one and the rest.")
+    events = list(agent.stream(result.submission_id, timeout_s=5))
+    deltas = [e.chunk["delta"] for e in events if e.chunk and e.chunk["type"] == "text-delta"]
+    assert "".join(deltas) == "one and the rest."

@@ -96,6 +96,7 @@ class TurnWatch:
         self._renewal: threading.Thread | None = None  # the renewal in flight, if any
         self._renewal_lock = threading.Lock()
         self._lost = False
+        self._stopped_at: float | None = None  # when it was first told to stop (monotonic)
         self._unlisten = (
             signal.add_listener(self._on_local_abort) if isinstance(signal, AbortSignal) else None
         )
@@ -163,6 +164,7 @@ class TurnWatch:
             return
         if self.reason is None:
             self.reason = StopReason(StopKind(kind), text)
+            self._stopped_at = time.monotonic()
         self._controller.abort(text)
 
     def _on_local_abort(self, reason: object) -> None:
@@ -176,12 +178,36 @@ class TurnWatch:
         if self._closed.is_set() or self._lost:
             return None
         self._check_local_and_stall()
+        if self._stuck():
+            return None
         if time.monotonic() >= self._next_heartbeat:
             self._next_heartbeat = time.monotonic() + self._timings.heartbeat_s
             self._renew()
         if not self._lease.locally_valid():
             self.stop(StopKind.LEASE_LOST, "the lease could not be renewed in time")
         return self._next_due()
+
+    def _stuck(self) -> bool:
+        """Whether the attempt, told to stop a lease TTL ago, has still not ended: it is stuck
+        where no signal reaches (a tool or a model call without a timeout, a hook). Its lease
+        is then no longer renewed: it lapses, and the agent's next turn (or this one's
+        continuation, after a stall) runs; should the attempt ever go on, its writes are
+        fenced off. Until then a stopped attempt keeps its lease to wind up (its partial
+        reply, its final write and its stream's end)."""
+        stopped_at = self._stopped_at
+        if stopped_at is None or self._lost or time.monotonic() - stopped_at < self._lease.ttl_s:
+            return False
+        self._lost = True
+        log.warning(
+            "turn %s (attempt %s) was told to stop (%s) %.0f s ago and has not ended: it is "
+            "stuck where no signal reaches (a tool or model call without a timeout?); its "
+            "lease is left to lapse so the agent goes on, and it writes nothing if it resumes",
+            self._turn.id,
+            self._turn.attempt,
+            self.reason.kind.value if self.reason is not None else "?",
+            time.monotonic() - stopped_at,
+        )
+        return True
 
     def _next_due(self) -> float:
         """When to look next: the first of the next heartbeat, the lease's local bound and
@@ -192,10 +218,12 @@ class TurnWatch:
         one finds nothing to do."""
         now = time.monotonic()
         due = [self._next_heartbeat]
-        if not self.stopped:  # once stopped, only the heartbeat matters until close()
+        if not self.stopped:  # once stopped: the heartbeat, and when it would be stuck
             due.append(self._lease.valid_until - self._lease.safety_s)
             if self.stall_timeout_s is not None:
                 due.append(self._last_chunk + self.stall_timeout_s)
+        elif self._stopped_at is not None:
+            due.append(self._stopped_at + self._lease.ttl_s)
         if self._local is not None and not isinstance(self._local, AbortSignal):
             due.append(now + self._timings.poll_s)
         return max(now + _MIN_WAIT_S, min(due))
