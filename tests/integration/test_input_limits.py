@@ -24,6 +24,7 @@ from think_jobs import Think, ThinkJobs
 from think_jobs.context import utcnow
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db.tables import turns
+from think_jobs.engine.repair import Repair
 from think_jobs.errors import InvalidInputError, MessageValidationError, StoredMessageError
 from think_jobs.messages import ToolPart, coerce_message, message_text
 from think_jobs.models.base import ModelRequest
@@ -228,6 +229,27 @@ def test_the_operator_commands_check_repair_and_remove(
     assert missing.returncode == 1 and "has no stored message 'old-2'" in missing.stderr
     assert run("check").stdout.strip() == "every stored message reads back"
     assert [m.id for m in agent.get_messages()] == ["old-1"]
+
+
+def test_a_reply_stored_with_a_lone_surrogate_is_repaired_keeping_its_text(
+    jobs: ThinkJobs, settings_env: dict[str, str]
+) -> None:
+    """As a turn stored it before 2026-12-05: it failed every later turn of the agent. The
+    repair mends the text (U+FFFD) rather than drop the part."""
+    agent = jobs.get_agent(Recorder, "a")
+    text = {"type": "text", "text": "a\ud800b \ud83d\ude00", "state": "done"}
+    reply = {"id": "r-1", "role": "assistant", "parts": [{"type": "step-start"}, text]}
+    store_directly(jobs, agent, user("hi", "m-0"), reply)
+    with pytest.raises(StoredMessageError):
+        agent.get_messages()
+    app = ("--app", "tests.apps.agents:jobs")
+    repaired = think_jobs("messages", "repair", *app, "Recorder", "a", "r-1", env=settings_env)
+    assert repaired.returncode == 0, repaired.stderr
+    assert "replaced each lone surrogate in its text by U+FFFD" in repaired.stdout
+    assert "dropped" not in repaired.stdout
+    [_, mended] = agent.get_messages()
+    assert message_text(mended) == "a\ufffdb \U0001f600"
+    assert agent.repair_message("r-1") == Repair("r-1", kept_parts=2, dropped=())
 
 
 # -- the property: accepted reads back everywhere, refused writes nothing -----------------------

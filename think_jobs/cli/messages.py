@@ -70,9 +70,11 @@ def repair(app_spec: str | None, agent_type: str, name: str, message_id: str) ->
     """Keep what reads back of MESSAGE_ID (its readable parts and metadata), in place."""
     agent = _agent(app_spec, agent_type, name)
     result = agent.repair_message(message_id)
-    if not result.dropped:
+    if not (result.dropped or result.mended):
         click.echo(f"message {message_id} of {agent.address} reads back; nothing to repair")
         return
+    if result.mended:
+        click.echo("replaced each lone surrogate in its text by U+FFFD")
     for what in result.dropped:
         click.echo(f"dropped {what}")
     click.echo(f"repaired message {message_id} of {agent.address}: {result.kept_parts} parts kept")

@@ -19,7 +19,7 @@ from typing import Any
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.engine.ports import AgentHooks, Services
 from think_jobs.errors import InvalidInputError, MessageValidationError
-from think_jobs.limits import Limits
+from think_jobs.limits import Limits, well_formed
 from think_jobs.messages import coerce_message, stored_message_problem
 
 __all__ = ["Repair", "UnreadableMessage", "remove_message", "repair_message", "unreadable_messages"]
@@ -42,6 +42,7 @@ class Repair:
     message_id: str
     kept_parts: int
     dropped: tuple[str, ...]
+    mended: bool = False  # lone surrogates in its text were replaced by U+FFFD
 
 
 def unreadable_messages(services: Services, agent: AgentHooks) -> list[UnreadableMessage]:
@@ -72,7 +73,7 @@ def repair_message(services: Services, agent: AgentHooks, message_id: str) -> Re
     if stored_message_problem(text) is None:
         kept = len(_parsed(message_id, text).get("parts") or [])
         return Repair(message_id, kept_parts=kept, dropped=())
-    data = _parsed(message_id, text)
+    data, mended = _mended(_parsed(message_id, text))
     rebuilt, dropped = _rebuilt(message_id, data, limits)
     wire = coerce_message(rebuilt, limits=limits).to_wire()
     if stored_message_problem(json.dumps(wire)) is not None:  # defence: never write a bad row
@@ -81,7 +82,7 @@ def repair_message(services: Services, agent: AgentHooks, message_id: str) -> Re
     assert agent_id is not None  # _stored_text found the row
     with services.db.write() as conn:
         conversation_ops.replace_message(conn, agent_id, message_id, wire)
-    return Repair(message_id, kept_parts=len(wire["parts"]), dropped=tuple(dropped))
+    return Repair(message_id, len(wire["parts"]), tuple(dropped), mended=mended)
 
 
 def _rows(services: Services, agent: AgentHooks) -> list[tuple[str, str]]:
@@ -113,6 +114,16 @@ def _parsed(message_id: str, text: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InvalidInputError(f"message {message_id!r} is not a JSON object; remove it instead")
     return data
+
+
+def _mended(data: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """``data`` with each lone surrogate in its strings and keys replaced by U+FFFD, as a
+    turn writes its reply since 2026-12-05 (an earlier reply holding one does not read back),
+    and whether there was any. JSON's own characters are ASCII: mending the text of the
+    whole message touches only what is inside its strings."""
+    text = json.dumps(data, ensure_ascii=False)
+    mended = well_formed(text)
+    return (data, False) if mended == text else (json.loads(mended), True)
 
 
 def _rebuilt(
