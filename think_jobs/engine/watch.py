@@ -10,6 +10,8 @@ renewal runs on a short-lived thread of its own, at most one at a time: a databa
 answering (a partition that holds bytes) blocks that renewal, never the watch, which still
 stops the attempt at the local bound.
 Losing Redis alone therefore never costs an attempt its lease while the database answers.
+An attempt told to stop keeps its lease a lease TTL longer, to wind up; one still running
+then is stuck where no signal reaches, and its lease is left to lapse (``_stuck``).
 
 The watches of a process are woken by one ``WatchClock`` thread, which keeps their next due
 times in a heap and does nothing that waits (a renewal is started, never waited for): a
