@@ -9,15 +9,18 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, cast
 
 import pytest
+import sqlalchemy as sa
 
 from tests.apps.agents import Recorder, Staller, read_events
 from tests.support.builders import texts, user, wait_for_status, wait_until
 from tests.support.processes import ROOT, worker_processes
 from think_jobs import StreamCallback, Think, ThinkJobs
-from think_jobs.messages import message_text
+from think_jobs.db.tables import agents
+from think_jobs.messages import ToolPart, message_text
 from think_jobs.models import ModelRequest, Reply, ScriptedModel, ToolCall
 from think_jobs.testing import worker
 from think_jobs.tools import tool
@@ -236,3 +239,68 @@ def test_a_stalled_attempt_stuck_in_its_model_call_is_continued_elsewhere(
     events = list(agent.stream(result.submission_id, timeout_s=5))
     deltas = [e.chunk["delta"] for e in events if e.chunk and e.chunk["type"] == "text-delta"]
     assert "".join(deltas) == "one and the rest."
+
+
+TOOL_RUNS: list[str] = []
+
+
+class SlowTool(Think):
+    """Calls a tool that takes longer than the stall timeout and the lease TTL together."""
+
+    stall_timeout_s = 0.3
+
+    def get_model(self) -> ScriptedModel:
+        return ScriptedModel(
+            lambda request: Reply(
+                text="done" if request.continuation else "",
+                tool_calls=() if request.continuation else [ToolCall("slow")],
+                then=Reply(text="done"),
+            )
+        )
+
+    def get_tools(self) -> dict[str, Any]:
+        @tool
+        def slow() -> str:
+            """Waits until the test lets it go."""
+            TOOL_RUNS.append("slow")
+            HUNG.set()
+            assert UNHANG.wait(60), "the test never let the slow tool go"
+            return "slow result"
+
+        return {"slow": slow}
+
+
+def test_a_stalled_attempt_inside_a_tool_keeps_its_lease_until_the_tool_returns(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    """The stall watchdog fires while the tool runs; a continuation elsewhere would run the
+    tool a second time, so the attempt keeps renewing its lease past a lease TTL (seen in the
+    database) and, once the tool returns, its output goes to the continuation: one run."""
+    HUNG.clear()
+    UNHANG.clear()
+    TOOL_RUNS.clear()
+    jobs = make_jobs(lease_ttl_s=1.0)
+    agent = jobs.get_agent(SlowTool, "s")
+    result = agent.submit_messages([user("go")])
+    try:
+        with worker(jobs, concurrency=2):
+            assert HUNG.wait(30)
+            first = _lease_expiry(jobs, agent)
+            wait_until(lambda: _lease_expiry(jobs, agent) > first + timedelta(seconds=2.5))
+            UNHANG.set()
+            done = wait_for_status(agent, result.submission_id, "completed")
+    finally:
+        UNHANG.set()
+    assert TOOL_RUNS == ["slow"]
+    assert done.attempt == 2  # the stalled attempt's partial, with the tool's output, continued
+    [_, reply] = agent.get_messages()
+    [tool_part] = [p for p in reply.parts if isinstance(p, ToolPart)]
+    assert (tool_part.state, tool_part.output) == ("output-available", "slow result")
+
+
+def _lease_expiry(jobs: ThinkJobs, agent: Think) -> datetime:
+    query = sa.select(agents.c.lease_expires_at).where(agents.c.agent_name == agent.name)
+    with jobs.db.read() as conn:
+        expiry = conn.execute(query).scalar_one()
+    assert expiry is not None
+    return cast(datetime, expiry)

@@ -301,6 +301,7 @@ class Attempt:
             assembler=assembler,
             emit=self._emit,
             should_stop=lambda: not self.watch.confirm(),
+            in_tool=self.watch.in_tool,
             max_steps=self.agent.max_steps or self.services.settings.max_steps,
             depth_limit=self.services.settings.max_json_depth,
             answers=self.answers,

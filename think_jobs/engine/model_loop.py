@@ -81,6 +81,7 @@ class TurnRunner:
     depth_limit: int = 64  # JSON nesting a chunk may carry (what is stored must read back)
     answers: Sequence[ApprovalAnswer] = ()  # a continuation's answered approvals
     first_step: int = 0  # steps the reply already has (a continuation goes on counting)
+    in_tool: Callable[[bool], None] = lambda running: None  # told as a tool starts and ends
     asked: list[ApprovalAsked] = field(default_factory=list, init=False)
 
     def run(self) -> RunOutcome:
@@ -177,7 +178,11 @@ class TurnRunner:
     def _run_tool(self, part: ToolPart | DynamicToolPart) -> Chunk:
         tool = self.request.tools.get(part.tool_name)
         with tracing.span("think_jobs.tool", attributes={"think_jobs.tool": part.tool_name}):
-            result = _execute_tool(tool, part.tool_name, part.tool_call_id, part.input)
+            self.in_tool(True)
+            try:
+                result = _execute_tool(tool, part.tool_name, part.tool_call_id, part.input)
+            finally:
+                self.in_tool(False)
             return _bounded_output(result, self.depth_limit)
 
     def _ask(self, part: ToolPart | DynamicToolPart) -> None:

@@ -98,7 +98,8 @@ class TurnWatch:
         self._renewal: threading.Thread | None = None  # the renewal in flight, if any
         self._renewal_lock = threading.Lock()
         self._lost = False
-        self._stopped_at: float | None = None  # when it was first told to stop (monotonic)
+        self._stopped_at: float | None = None  # when it was told to stop (monotonic)
+        self._in_tool = False  # the attempt is running one of the agent's tools
         self._unlisten = (
             signal.add_listener(self._on_local_abort) if isinstance(signal, AbortSignal) else None
         )
@@ -189,15 +190,26 @@ class TurnWatch:
             self.stop(StopKind.LEASE_LOST, "the lease could not be renewed in time")
         return self._next_due()
 
+    def in_tool(self, running: bool) -> None:
+        """The attempt enters (True) or leaves one of the agent's tools. A stopped attempt's
+        time to wind up starts again when it leaves one."""
+        self._in_tool = running
+        if not running and self._stopped_at is not None:
+            self._stopped_at = time.monotonic()
+
     def _stuck(self) -> bool:
         """Whether the attempt, told to stop a lease TTL ago, has still not ended: it is stuck
         where no signal reaches (a tool or a model call without a timeout, a hook). Its lease
         is then no longer renewed: it lapses, and the agent's next turn (or this one's
         continuation, after a stall) runs; should the attempt ever go on, its writes are
         fenced off. Until then a stopped attempt keeps its lease to wind up (its partial
-        reply, its final write and its stream's end)."""
+        reply, its final write and its stream's end). A stalled attempt inside a tool keeps
+        it until the tool returns, however long: its continuation would run the tool again
+        (a cancelled turn has none)."""
+        if not self._may_be_stuck():
+            return False
         stopped_at = self._stopped_at
-        if stopped_at is None or self._lost or time.monotonic() - stopped_at < self._lease.ttl_s:
+        if stopped_at is None or time.monotonic() - stopped_at < self._lease.ttl_s:
             return False
         self._lost = True
         log.warning(
@@ -210,6 +222,11 @@ class TurnWatch:
             time.monotonic() - stopped_at,
         )
         return True
+
+    def _may_be_stuck(self) -> bool:
+        reason = self.reason
+        waits_for_tool = self._in_tool and reason is not None and reason.interrupts
+        return self._stopped_at is not None and not self._lost and not waits_for_tool
 
     def _next_due(self) -> float:
         """When to look next: the first of the next heartbeat, the lease's local bound and
@@ -224,7 +241,7 @@ class TurnWatch:
             due.append(self._lease.valid_until - self._lease.safety_s)
             if self.stall_timeout_s is not None:
                 due.append(self._last_chunk + self.stall_timeout_s)
-        elif self._stopped_at is not None:
+        elif self._stopped_at is not None and self._may_be_stuck():
             due.append(self._stopped_at + self._lease.ttl_s)
         if self._local is not None and not isinstance(self._local, AbortSignal):
             due.append(now + self._timings.poll_s)
