@@ -126,3 +126,9 @@ class WorkerRecord(BaseModel):
     running: list[RunningTask]
     started_at: datetime
     seen_at: datetime
+
+    def running_described(self) -> list[str]:
+        """``drain Lead:weekly (3 s)`` for each task it runs, timed as of its last heartbeat:
+        both times are the worker's own, so a reader whose clock differs reads no skew (only
+        up to one heartbeat interval of staleness)."""
+        return [task.describe(self.seen_at) for task in self.running]

@@ -17,7 +17,6 @@ from flask import current_app, render_template
 from markupsafe import Markup
 
 from think_jobs import reports as queries
-from think_jobs.context import utcnow
 from think_jobs.errors import BrokerUnavailableError
 from think_jobs.results import WorkerRecord
 from web.charts import Axis, Chart, Frame, Series, bar_chart, line_chart, number
@@ -53,9 +52,8 @@ def render() -> str:
 
 
 def describe_running(worker: WorkerRecord) -> list[str]:
-    """``drain Lead:weekly (3 s)`` for each task the worker runs."""
-    now = utcnow()
-    return [task.describe(now) for task in worker.running]
+    """``drain Lead:weekly (3 s)`` for each task the worker runs (``running_described``)."""
+    return worker.running_described()
 
 
 def live_workers() -> list[WorkerRecord] | None:

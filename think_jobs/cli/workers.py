@@ -11,7 +11,6 @@ import json
 import click
 
 from think_jobs.cli.common import app_option, load_app
-from think_jobs.context import utcnow
 from think_jobs.results import WorkerRecord
 
 
@@ -50,8 +49,7 @@ def _print_table(live: list[WorkerRecord], *, queue: str) -> None:
 
 
 def _cells(record: WorkerRecord) -> tuple[str, str, str, str, str, str]:
-    now = utcnow()
-    running = "; ".join(task.describe(now) for task in record.running) or "-"
+    running = "; ".join(record.running_described()) or "-"
     return (
         record.name,
         record.role,
