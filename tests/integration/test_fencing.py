@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -88,16 +89,16 @@ class GatedModel:
 
 
 def paused_attempt(
-    jobs: ThinkJobs, kind: str
+    jobs: ThinkJobs, kind: str, agent_class: type[Gated] | None = None
 ) -> tuple[Think, str, threading.Thread, list[TurnResult]]:
     """Submit to a new agent named ``<kind>-<unique>`` and run its first attempt in a thread
     until its gate."""
     name = f"{kind}-{uuid.uuid4().hex[:8]}"
-    agent = jobs.get_agent(Gated, name)
+    agent = jobs.get_agent(agent_class or Gated, name)
     submission = agent.submit_messages([user("go")]).submission_id
     agent_id = jobs.agent_id_of(agent, create=False)
     assert agent_id is not None
-    claimed = claim(jobs.services, AgentRef(agent_id, "Gated", name))
+    claimed = claim(jobs.services, AgentRef(agent_id, agent.agent_type, name))
     assert isinstance(claimed, Claimed)
     results: list[TurnResult] = []
     thread = threading.Thread(
@@ -346,24 +347,33 @@ def test_a_resumed_attempt_whose_lease_nobody_took_renews_it_and_goes_on(
     assert watch.reason is None and not lease.lapsed  # renewed through the fence
 
 
+class StallingGated(Gated):
+    """``Gated`` with a stall watchdog shorter than the Redis outage below."""
+
+    stall_timeout_s = 0.3
+
+
+@pytest.mark.parametrize("agent_class", [Gated, StallingGated])
 def test_a_recovery_that_cannot_reach_redis_waits_for_the_stream_it_continues(
-    make_jobs: Any, redis_url: str, caplog: pytest.LogCaptureFixture
+    make_jobs: Any, redis_url: str, caplog: pytest.LogCaptureFixture, agent_class: type[Gated]
 ) -> None:
     """The attempt that died streamed ``a1 a2 a3`` and stored no partial. The recovering one,
     cut from Redis as it starts (connections refused, as while Redis restarts), waits for the
     stream rather than continue from the empty stored partial, which would stream those words
-    a second time, before its own, and store a reply without them."""
+    a second time, before its own, and store a reply without them. The wait is no stall: its
+    model has not started."""
     jobs = make_jobs(lease_ttl_s=300)
-    agent, submission, stale, _ = paused_attempt(jobs, "mid")
+    agent, submission, stale, _ = paused_attempt(jobs, "mid", agent_class)
     expire_lease(jobs, agent)
     with proxy_to(6379) as proxy:
         proxy.down()
         cut_off = make_jobs(lease_ttl_s=300, redis_url=proxy.url(_through_port(redis_url)))
-        cut_off.register(Gated)
+        cut_off.register(agent_class)
         recovering = threading.Thread(target=take_over_and_finish, args=(cut_off, agent))
         with caplog.at_level(logging.WARNING, logger="think_jobs.transport.streams"):
             recovering.start()
             wait_until(lambda: "stream take-over failed" in caplog.text)
+        time.sleep(1.0)  # the outage lasts a second more: over StallingGated's stall timeout
         proxy.heal()
         recovering.join(30)
     assert not recovering.is_alive()

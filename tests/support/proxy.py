@@ -33,6 +33,7 @@ class Proxy:
         self._closed = threading.Event()
         self._down = threading.Event()
         self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()  # ``_sockets``, against a connection made as it closes
         self._listener = socket.create_server((host, self.port), backlog=128)
         self._accepter = threading.Thread(target=self._accept, daemon=True)
         self._accepter.start()
@@ -60,7 +61,8 @@ class Proxy:
         self._close_all()
 
     def _close_all(self) -> None:
-        sockets, self._sockets = self._sockets, []
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
         for sock in sockets:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -86,7 +88,14 @@ class Proxy:
             client.close()
             return
         upstream.settimeout(None)
-        self._sockets += [client, upstream]
+        with self._lock:  # a proxy closed or put down meanwhile keeps no connection
+            kept = not (self._closed.is_set() or self._down.is_set())
+            if kept:
+                self._sockets += [client, upstream]
+        if not kept:
+            client.close()
+            upstream.close()
+            return
         for source, sink in ((client, upstream), (upstream, client)):
             threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
 

@@ -242,10 +242,11 @@ def _writer(
         # Before the partial is read (nothing stale can be added after), and waiting for an
         # unreachable Redis up to a lease's length, for as long as the attempt may go on:
         # without what the stream holds it would continue from the stored partial alone.
-        writer.take_over_within(
-            services.settings.lease_ttl_s,
-            keep_trying=lambda: watch.reason is None and lease.locally_valid(),
-        )
+        with watch.setting_up():  # not a stall: the model has not started
+            writer.take_over_within(
+                services.settings.lease_ttl_s,
+                keep_trying=lambda: watch.reason is None and lease.locally_valid(),
+            )
     return writer
 
 

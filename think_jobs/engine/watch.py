@@ -33,6 +33,8 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -100,6 +102,7 @@ class TurnWatch:
         self._lost = False
         self._stopped_at: float | None = None  # when it was told to stop (monotonic)
         self._in_tool = False  # the attempt is running one of the agent's tools
+        self._setting_up = False  # before its model: no chunk is due yet (``setting_up``)
         self._unlisten = (
             signal.add_listener(self._on_local_abort) if isinstance(signal, AbortSignal) else None
         )
@@ -189,6 +192,18 @@ class TurnWatch:
         if not self._lease.locally_valid():
             self.stop(StopKind.LEASE_LOST, "the lease could not be renewed in time")
         return self._next_due()
+
+    @contextmanager
+    def setting_up(self) -> Iterator[None]:
+        """A block the stall watchdog does not count: the attempt is getting ready (it waits
+        for the stream it continues), its model has not started, so no chunk is due. The
+        stall clock starts once the block ends."""
+        self._setting_up = True
+        try:
+            yield
+        finally:
+            self._last_chunk = time.monotonic()
+            self._setting_up = False
 
     def in_tool(self, running: bool) -> None:
         """The attempt enters (True) or leaves one of the agent's tools. A stopped attempt's
@@ -295,7 +310,9 @@ class TurnWatch:
         if local is not None and not isinstance(local, AbortSignal) and local.is_set():
             self.stop(StopKind.SIGNAL, signal_reason(local))
         timeout = self.stall_timeout_s
-        if timeout is not None and time.monotonic() - self._last_chunk > timeout:
+        if self._setting_up or timeout is None:
+            return
+        if time.monotonic() - self._last_chunk > timeout:
             self.stop(StopKind.STALLED, f"no chunk for {timeout:g} s")
 
 
