@@ -137,6 +137,15 @@ def _finished(jobs: ThinkJobs, agent: Any) -> bool:
 
 HUNG = threading.Event()  # the tool has been entered
 UNHANG = threading.Event()  # the test lets it return
+TOOL_RUNS: list[str] = []
+
+
+def held(name: str, result: str) -> str:
+    """What a hung tool does: say it was entered, then wait until the test lets it go."""
+    TOOL_RUNS.append(name)
+    HUNG.set()
+    assert UNHANG.wait(60), f"the test never let the {name} tool go"
+    return result
 
 
 class Hanger(Think):
@@ -156,9 +165,7 @@ class Hanger(Think):
         @tool
         def hang() -> str:
             """Waits until the test lets it go."""
-            HUNG.set()
-            assert UNHANG.wait(60), "the test never let the hung tool go"
-            return "finally"
+            return held("hang", "finally")
 
         return {"hang": hang}
 
@@ -241,9 +248,6 @@ def test_a_stalled_attempt_stuck_in_its_model_call_is_continued_elsewhere(
     assert "".join(deltas) == "one and the rest."
 
 
-TOOL_RUNS: list[str] = []
-
-
 class SlowTool(Think):
     """Calls a tool that takes longer than the stall timeout and the lease TTL together."""
 
@@ -262,10 +266,7 @@ class SlowTool(Think):
         @tool
         def slow() -> str:
             """Waits until the test lets it go."""
-            TOOL_RUNS.append("slow")
-            HUNG.set()
-            assert UNHANG.wait(60), "the test never let the slow tool go"
-            return "slow result"
+            return held("slow", "slow result")
 
         return {"slow": slow}
 
