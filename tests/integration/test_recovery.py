@@ -148,6 +148,18 @@ def held(name: str, result: str) -> str:
     return result
 
 
+@pytest.fixture
+def gates() -> Iterator[None]:
+    """Fresh gates and tool runs for a test; whatever happens, its hung call is let go."""
+    HUNG.clear()
+    UNHANG.clear()
+    TOOL_RUNS.clear()
+    try:
+        yield
+    finally:
+        UNHANG.set()
+
+
 class Hanger(Think):
     """Calls a tool that hangs (as one without a timeout does on a server that never answers)
     when asked ``hang``; answers ``ok`` otherwise."""
@@ -170,27 +182,23 @@ class Hanger(Think):
         return {"hang": hang}
 
 
+@pytest.mark.usefixtures("gates")
 def test_a_cancelled_turn_stuck_in_a_tool_stops_holding_its_agent(
     make_jobs: Callable[..., ThinkJobs],
 ) -> None:
     """The cancel cannot reach into the tool: the attempt's thread stays stuck. Its watch
     keeps the lease a lease TTL longer (time to wind up), then lets it lapse, so the agent's
     next turn runs; the stuck attempt, when its tool returns, writes nothing."""
-    HUNG.clear()
-    UNHANG.clear()
     jobs = make_jobs(lease_ttl_s=1.0)
     agent = jobs.get_agent(Hanger, "h")
     stuck = agent.submit_messages([user("hang")])
     after = agent.submit_messages([user("hello")])
-    try:
-        with worker(jobs, concurrency=2):
-            assert HUNG.wait(30)
-            agent.cancel_submission(stuck.submission_id, "it hangs")
-            wait_for_status(agent, after.submission_id, "completed")
-            UNHANG.set()
-            wait_until(lambda: not _running_turns(jobs))
-    finally:
+    with worker(jobs, concurrency=2):
+        assert HUNG.wait(30)
+        agent.cancel_submission(stuck.submission_id, "it hangs")
+        wait_for_status(agent, after.submission_id, "completed")
         UNHANG.set()
+        wait_until(lambda: not _running_turns(jobs))
     cancelled = agent.inspect_submission(stuck.submission_id)
     assert cancelled is not None and (cancelled.status, cancelled.error) == ("aborted", "it hangs")
     assert [text for role, text in texts(agent) if role == "assistant"][-1] == "ok"
@@ -224,23 +232,19 @@ class FrozenModel:
         yield {"type": "text-end", "id": "t"}
 
 
+@pytest.mark.usefixtures("gates")
 def test_a_stalled_attempt_stuck_in_its_model_call_is_continued_elsewhere(
     make_jobs: Callable[..., ThinkJobs],
 ) -> None:
     """The stall watchdog stops the attempt, but its model call does not return: a lease TTL
     later its lease is left to lapse and a continuation finishes the reply meanwhile."""
-    HUNG.clear()
-    UNHANG.clear()
     jobs = make_jobs(lease_ttl_s=1.0)
     agent = jobs.get_agent(Frozen, "f")
     result = agent.submit_messages([user("go")])
-    try:
-        with worker(jobs, concurrency=2):
-            done = wait_for_status(agent, result.submission_id, "completed")
-            UNHANG.set()
-            wait_until(lambda: not _running_turns(jobs))
-    finally:
+    with worker(jobs, concurrency=2):
+        done = wait_for_status(agent, result.submission_id, "completed")
         UNHANG.set()
+        wait_until(lambda: not _running_turns(jobs))
     assert done.attempt == 2
     assert texts(agent)[-1] == ("assistant", "one and the rest.")
     events = list(agent.stream(result.submission_id, timeout_s=5))
@@ -271,27 +275,22 @@ class SlowTool(Think):
         return {"slow": slow}
 
 
+@pytest.mark.usefixtures("gates")
 def test_a_stalled_attempt_inside_a_tool_keeps_its_lease_until_the_tool_returns(
     make_jobs: Callable[..., ThinkJobs],
 ) -> None:
     """The stall watchdog fires while the tool runs; a continuation elsewhere would run the
     tool a second time, so the attempt keeps renewing its lease past a lease TTL (seen in the
     database) and, once the tool returns, its output goes to the continuation: one run."""
-    HUNG.clear()
-    UNHANG.clear()
-    TOOL_RUNS.clear()
     jobs = make_jobs(lease_ttl_s=1.0)
     agent = jobs.get_agent(SlowTool, "s")
     result = agent.submit_messages([user("go")])
-    try:
-        with worker(jobs, concurrency=2):
-            assert HUNG.wait(30)
-            first = _lease_expiry(jobs, agent)
-            wait_until(lambda: _lease_expiry(jobs, agent) > first + timedelta(seconds=2.5))
-            UNHANG.set()
-            done = wait_for_status(agent, result.submission_id, "completed")
-    finally:
+    with worker(jobs, concurrency=2):
+        assert HUNG.wait(30)
+        first = _lease_expiry(jobs, agent)
+        wait_until(lambda: _lease_expiry(jobs, agent) > first + timedelta(seconds=2.5))
         UNHANG.set()
+        done = wait_for_status(agent, result.submission_id, "completed")
     assert TOOL_RUNS == ["slow"]
     assert done.attempt == 2  # the stalled attempt's partial, with the tool's output, continued
     [_, reply] = agent.get_messages()
