@@ -221,10 +221,10 @@ class TurnWatch:
         reply, its final write and its stream's end). A stalled attempt inside a tool keeps
         it until the tool returns, however long: its continuation would run the tool again
         (a cancelled turn has none)."""
-        if not self._may_be_stuck():
-            return False
         stopped_at = self._stopped_at
-        if stopped_at is None or time.monotonic() - stopped_at < self._lease.ttl_s:
+        if stopped_at is None or not self._may_be_stuck():
+            return False
+        if time.monotonic() - stopped_at < self._lease.ttl_s:
             return False
         self._lost = True
         log.warning(
@@ -239,9 +239,11 @@ class TurnWatch:
         return True
 
     def _may_be_stuck(self) -> bool:
+        """A stopped attempt may be found stuck unless it is lost already or is a stalled one
+        inside a tool (it waits for the tool, see ``_stuck``)."""
         reason = self.reason
         waits_for_tool = self._in_tool and reason is not None and reason.interrupts
-        return self._stopped_at is not None and not self._lost and not waits_for_tool
+        return not self._lost and not waits_for_tool
 
     def _next_due(self) -> float:
         """When to look next: the first of the next heartbeat, the lease's local bound and

@@ -286,9 +286,8 @@ class StreamWriter:
         its stored partial, and an attempt that went on without them would stream their text
         a second time when it takes the stream over at its first send."""
         deadline = time.monotonic() + wait_s
-        with self._lock:
-            if self._take_over():
-                return True
+        if self.take_over():
+            return True
         while not self.lost and keep_trying() and time.monotonic() < deadline:
             time.sleep(min(_TAKE_OVER_RETRY_S, max(0.0, deadline - time.monotonic())))
             with self._lock:
