@@ -328,30 +328,37 @@ def test_a_worker_stopped_while_it_fires_loses_the_occurrence_to_another(
     """SIGSTOP past ``schedule_fire_timeout_s`` while a handler runs: beat sends the occurrence
     again, a second worker fires it and forgets it; the first, resumed, finishes its handler
     (it cannot be stopped) but knows it lost the occurrence, and nothing is sent again."""
-    timed = {**env, "THINK_JOBS_SCHEDULE_FIRE_TIMEOUT_S": "1.5"}
+    # 3 s: renewed every second, so a loaded CI box does not let the first hold lapse early
+    timed = {**env, "THINK_JOBS_SCHEDULE_FIRE_TIMEOUT_S": "3"}
     agent = local.get_agent(Lingerer, "l")
     agent.start()
 
     def phases() -> list[tuple[str, int]]:
         return [(e["phase"], e["pid"]) for e in read_events(local)]
 
+    def seen(phase: str, process: WorkerProcess) -> Callable[[], bool]:
+        return lambda: (phase, process.process.pid) in phases()
+
+    def state(*processes: WorkerProcess) -> Callable[[], str]:
+        return lambda: f"events {phases()}\n{output_of(list(processes))}"
+
     with worker_processes(timed, count=1, app=APP) as [first], beat_processes(timed):
         due = make_due(agent, "linger")
-        wait_until(lambda: phases(), 30, message=lambda: output_of([first]))
+        wait_until(seen("started", first), 30, message=state(first))
         table = run_cli(timed, "schedules", "list").stdout
         assert f"Lingerer:l linger for {due.isoformat()}: attempt 1, a worker is firing it" in table
         os.killpg(first.process.pid, signal.SIGSTOP)
         try:
             with worker_processes(timed, count=1, app=APP) as [second]:
-                wait_until(lambda: len(phases()) == 2, 30, message=lambda: output_of([second]))
+                wait_until(seen("started", second), 30, message=state(second))
                 local.redis.rpush(release_key(local, second.process.pid), "go")
-                wait_until(lambda: len(phases()) == 3, 30)
-                wait_until(lambda: kept_count(local) == 0, 30)
+                wait_until(seen("ended", second), 30, message=state(second))
+                wait_until(lambda: kept_count(local) == 0, 30, message=state(second))
         finally:
             os.killpg(first.process.pid, signal.SIGCONT)
-        wait_until(lambda: first.lines("lost its hold"), 30, message=lambda: output_of([first]))
+        wait_until(lambda: first.lines("lost its hold"), 30, message=state(first))
         local.redis.rpush(release_key(local, first.process.pid), "go")
-        wait_until(lambda: len(phases()) == 4, 30)
+        wait_until(seen("ended", first), 30, message=state(first))
     stopped, resumed = first.process.pid, second.process.pid
     assert phases() == [
         ("started", stopped),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -139,9 +140,15 @@ def release_key(jobs: ThinkJobs, pid: int) -> str:
 
 def lingering_handler(agent: Think, ctx: ScheduleContext) -> None:
     """Records its start, waits until the test pushes to its process's ``release_key`` (at
-    most 60 s), then records its end: a handler that runs as long as the test needs."""
+    most 60 s), then records its end: a handler that runs as long as the test needs.
+
+    It waits in BLPOPs of 2 s: the client's socket timeout (10 s) ends a longer one with a
+    TimeoutError, which a worker paused past it (SIGSTOP) would meet on resuming."""
     record(agent.jobs, task_id=ctx.task_id, phase="started", pid=os.getpid())
-    agent.jobs.redis.blpop([release_key(agent.jobs, os.getpid())], timeout=60)
+    deadline = time.monotonic() + 60
+    key = release_key(agent.jobs, os.getpid())
+    while agent.jobs.redis.blpop([key], timeout=2) is None and time.monotonic() < deadline:
+        pass
     record(agent.jobs, task_id=ctx.task_id, phase="ended", pid=os.getpid())
 
 
