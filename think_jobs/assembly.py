@@ -143,6 +143,11 @@ class MessageAssembler:
         return [part.model_copy(deep=True) for part in self._parts if keep(part)]
 
     @property
+    def part_count(self) -> int:
+        """How many parts the message has so far."""
+        return len(self._parts)
+
+    @property
     def message_id(self) -> str:
         """The message id (a ``start`` chunk with ``messageId`` changes it, as in the AI SDK)."""
         return self._message_id

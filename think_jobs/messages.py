@@ -329,13 +329,18 @@ def _sized_message(
         )
     _raise_if(_shape_problems(value, path, limits))
     message = value if isinstance(value, UIMessage) else _validated(value, path)
-    size = len(_SERIALIZER.to_json(message, by_alias=True, exclude_none=True))
+    size = message_bytes(message)
     problems = _label_problems(message, path)
     if size > limits.message_bytes:
         measured = f"{size} bytes as JSON"
         problems.append(over_limit(path, measured, limits.message_bytes, "max_message_bytes"))
     _raise_if(problems)
     return message, size
+
+
+def message_bytes(message: UIMessage) -> int:
+    """The message's size as compact UTF-8 JSON: what ``max_message_bytes`` bounds."""
+    return len(_SERIALIZER.to_json(message, by_alias=True, exclude_none=True))
 
 
 def _validated(value: Mapping[str, Any], path: str) -> UIMessage:
@@ -467,6 +472,7 @@ __all__ = [
     "coerce_messages",
     "describe_missing_tag",
     "join_path",
+    "message_bytes",
     "message_text",
     "new_message_id",
     "stored_message_problem",

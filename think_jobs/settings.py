@@ -114,14 +114,18 @@ class Settings(BaseSettings):
         "that what is stored reads back (pydantic's JSON reader stops at 200 levels).",
     )
     max_message_bytes: int = Field(
-        4_194_304, ge=1024, description="Largest message, as compact UTF-8 JSON (4 MiB)."
+        4_194_304,
+        ge=1024,
+        description="Largest message, input or reply, as compact UTF-8 JSON (4 MiB).",
     )
     max_submission_bytes: int = Field(
         16_777_216,
         ge=1024,
         description="Largest sum of the messages of one submission, as JSON (16 MiB).",
     )
-    max_parts_per_message: int = Field(1000, ge=1, description="Most parts one message may hold.")
+    max_parts_per_message: int = Field(
+        1000, ge=1, description="Most parts one message, input or reply, may hold."
+    )
     max_steps: int = Field(
         10,
         ge=1,

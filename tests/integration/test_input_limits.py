@@ -26,7 +26,7 @@ from think_jobs.db import conversation as conversation_ops
 from think_jobs.db.tables import turns
 from think_jobs.engine.repair import Repair
 from think_jobs.errors import InvalidInputError, MessageValidationError, StoredMessageError
-from think_jobs.messages import ToolPart, coerce_message, message_text
+from think_jobs.messages import ToolPart, coerce_message, message_bytes, message_text
 from think_jobs.models.base import ModelRequest
 from think_jobs.replay import assemble
 from think_jobs.testing import worker
@@ -539,3 +539,99 @@ def test_a_tool_error_with_a_lone_surrogate_reaches_the_model_well_formed(
     [tool_part] = [p for p in reply.parts if p.type == "tool-ragged"]
     assert isinstance(tool_part, ToolPart)
     assert (tool_part.state, tool_part.error_text) == ("output-error", "no \ufffd way")
+
+
+CLOSED: list[str] = []  # what each EndlessModel stream saw as it ended
+
+
+class EndlessModel:
+    """A model that never ends its stream (a runaway or hostile provider), of text, of data
+    parts or of tool calls by what the user asks; ``CLOSED`` records that it was closed."""
+
+    def stream(self, request: ModelRequest) -> Iterator[dict[str, Any]]:
+        asked = message_text([m for m in request.messages if m.role == "user"][-1])
+        try:
+            if asked == "tool" and request.step == 0:
+                yield {"type": "tool-input-available", "toolCallId": "c1", "toolName": "big"}
+                return
+            if asked == "tool":
+                yield from text_reply("done")
+                return
+            if asked == "parts":
+                for index in range(1_000_000):
+                    yield {"type": "data-n", "data": index}
+            yield {"type": "text-start", "id": "t"}
+            for _ in range(1_000_000):
+                yield {"type": "text-delta", "id": "t", "delta": "all work and no play "}
+        finally:
+            CLOSED.append(asked)
+
+
+def text_reply(text: str) -> Iterator[dict[str, Any]]:
+    yield {"type": "text-start", "id": "t"}
+    yield {"type": "text-delta", "id": "t", "delta": text}
+    yield {"type": "text-end", "id": "t"}
+
+
+class Endless(Think):
+    def get_model(self) -> EndlessModel:
+        return EndlessModel()
+
+    def get_tools(self) -> dict[str, Any]:
+        from think_jobs.tools import tool
+
+        @tool
+        def big() -> Any:
+            """Returns more than a reply may hold."""
+            return {"rows": ["row"] * 50_000}
+
+        return {"big": big}
+
+
+def test_a_model_that_never_ends_its_reply_is_stopped_at_max_message_bytes(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    """Its stream is closed when the reply would pass the limit an input message has; the
+    turn ends in error naming the setting, the reply stored is within it and reads back,
+    the stream a client sees matches it, and the agent's next turn runs."""
+    jobs = make_jobs(max_message_bytes=20_000)
+    agent = jobs.get_agent(Endless, "a")
+    CLOSED.clear()
+    failed = agent.save_messages([user("text")])
+    assert failed.status == "error"
+    assert "past the limit of 20000 (THINK_JOBS_MAX_MESSAGE_BYTES)" in str(failed.error)
+    assert CLOSED == ["text"]
+    [_, reply] = agent.get_messages()
+    assert 15_000 < message_bytes(reply) <= 20_000
+    events = list(agent.stream(failed.request_id, timeout_s=5))
+    chunks = [e.chunk for e in events if e.chunk is not None]
+    assert chunks[-1]["type"] == "error"
+    assert assemble(chunks, reply.id).parts == reply.parts
+    assert agent.save_messages([user("tool")]).status == "completed"
+
+
+def test_a_model_that_never_stops_adding_parts_is_stopped_at_max_parts_per_message(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    jobs = make_jobs(max_parts_per_message=50)
+    agent = jobs.get_agent(Endless, "a")
+    failed = agent.save_messages([user("parts")])
+    assert failed.status == "error"
+    assert "has 50 parts and a data-n chunk would add one past the limit of 50" in str(failed.error)
+    [_, reply] = agent.get_messages()
+    assert len(reply.parts) == 50
+
+
+def test_a_tool_output_the_reply_has_no_room_for_becomes_the_tools_error(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    """The model is told (as with any tool error) and goes on; the turn completes."""
+    jobs = make_jobs(max_message_bytes=20_000)
+    agent = jobs.get_agent(Endless, "a")
+    assert agent.save_messages([user("tool")]).status == "completed"
+    [_, reply] = agent.get_messages()
+    [tool_part] = [p for p in reply.parts if p.type == "tool-big"]
+    assert isinstance(tool_part, ToolPart)
+    assert tool_part.state == "output-error"
+    assert str(tool_part.error_text).startswith("the output was not stored: the reply is ")
+    assert message_text(reply) == "done"

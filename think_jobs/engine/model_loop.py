@@ -37,8 +37,16 @@ from think_jobs.chunks import (
 )
 from think_jobs.domain.records import ApprovalAnswer, ApprovalAsked
 from think_jobs.domain.status import FinalStatus
-from think_jobs.limits import is_unicode, value_problem, well_formed
-from think_jobs.messages import DynamicToolPart, Part, ToolApproval, ToolPart, UIMessage
+from think_jobs.engine.reply_bounds import ReplyBounds, ReplyTooLarge
+from think_jobs.limits import DEFAULT_LIMITS, is_unicode, value_problem, well_formed
+from think_jobs.messages import (
+    DynamicToolPart,
+    Part,
+    ToolApproval,
+    ToolPart,
+    UIMessage,
+    message_bytes,
+)
 from think_jobs.models.base import Model, ModelRequest
 from think_jobs.observe import tracing
 from think_jobs.tools import Tool
@@ -82,7 +90,18 @@ class TurnRunner:
     answers: Sequence[ApprovalAnswer] = ()  # a continuation's answered approvals
     first_step: int = 0  # steps the reply already has (a continuation goes on counting)
     in_tool: Callable[[bool], None] = lambda running: None  # told as a tool starts and ends
+    max_reply_bytes: int = DEFAULT_LIMITS.message_bytes  # the reply obeys an input's limits
+    max_reply_parts: int = DEFAULT_LIMITS.parts_per_message
     asked: list[ApprovalAsked] = field(default_factory=list, init=False)
+    bounds: ReplyBounds = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.bounds = ReplyBounds(
+            self.max_reply_bytes,
+            self.max_reply_parts,
+            measure=lambda: message_bytes(self.assembler.message),
+            parts=lambda: self.assembler.part_count,
+        )
 
     def run(self) -> RunOutcome:
         """Run the whole tool loop; never raises for model or tool failures."""
@@ -102,10 +121,10 @@ class TurnRunner:
     def _steps(self) -> None:
         for step in range(self.first_step, self.first_step + self.max_steps):
             self._check_stop()
-            self._send(StartStepChunk())
+            self._add(StartStepChunk())
             with tracing.span("think_jobs.model_step", attributes={"think_jobs.step": step}):
                 self._stream_step(step)
-            self._send(FinishStepChunk())
+            self._add(FinishStepChunk())
             if not self._run_pending_tools() or self.asked:
                 return
 
@@ -127,7 +146,7 @@ class TurnRunner:
             )
             self.assembler.respond(part.tool_call_id, approval)
             if answer.approved:
-                self._send(self._run_tool(part))
+                self._add_output(self._run_tool(part))
             else:
                 self._send(ToolOutputDeniedChunk(tool_call_id=part.tool_call_id))
 
@@ -149,7 +168,7 @@ class TurnRunner:
         if isinstance(chunk, ErrorChunk):
             self.emit(chunk)
             raise _ModelFailed(chunk.error_text, streamed=True)
-        self._send(chunk)
+        self._add(chunk)
         self._check_stop()
 
     def _conversation(self) -> list[UIMessage]:
@@ -171,7 +190,7 @@ class TurnRunner:
             if tool is not None and _needs_approval(tool, part.input):
                 self._ask(part)
             else:
-                self._send(self._run_tool(part))
+                self._add_output(self._run_tool(part))
             ran = True
         return ran
 
@@ -192,6 +211,25 @@ class TurnRunner:
         self._send(
             ToolApprovalRequestChunk(approval_id=asked.approval_id, tool_call_id=asked.tool_call_id)
         )
+
+    def _add(self, chunk: Chunk) -> None:
+        """Send a chunk that grows the reply, if the reply's limits allow it."""
+        try:
+            self.bounds.admit(chunk)
+        except ReplyTooLarge as too_large:
+            raise _ModelFailed(f"{too_large}: the reply was stopped there") from None
+        self._send(chunk)
+
+    def _add_output(self, result: Chunk) -> None:
+        """A tool's result; one the reply has no room for becomes the tool's error."""
+        try:
+            self.bounds.admit(result)
+        except ReplyTooLarge as too_large:
+            call_id = cast(ToolOutputAvailableChunk | ToolOutputErrorChunk, result).tool_call_id
+            error = f"the output was not stored: {too_large}"
+            self._add(ToolOutputErrorChunk(tool_call_id=call_id, error_text=error))
+        else:
+            self._send(result)
 
     def _send(self, chunk: Chunk) -> None:
         self.assembler.feed(chunk)
