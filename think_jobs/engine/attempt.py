@@ -303,9 +303,7 @@ class Attempt:
             should_stop=lambda: not self.watch.confirm(),
             in_tool=self.watch.in_tool,
             max_steps=self.agent.max_steps or self.services.settings.max_steps,
-            depth_limit=self.services.settings.max_json_depth,
-            max_reply_bytes=self.services.settings.max_message_bytes,
-            max_reply_parts=self.services.settings.max_parts_per_message,
+            limits=Limits.of(self.services.settings),
             answers=self.answers,
             first_step=_steps_so_far(assembler) if self.answers else 0,
         )

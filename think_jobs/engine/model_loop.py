@@ -38,7 +38,7 @@ from think_jobs.chunks import (
 from think_jobs.domain.records import ApprovalAnswer, ApprovalAsked
 from think_jobs.domain.status import FinalStatus
 from think_jobs.engine.reply_bounds import ReplyBounds, ReplyTooLarge
-from think_jobs.limits import DEFAULT_LIMITS, is_unicode, value_problem, well_formed
+from think_jobs.limits import DEFAULT_LIMITS, Limits, is_unicode, value_problem, well_formed
 from think_jobs.messages import (
     DynamicToolPart,
     Part,
@@ -86,19 +86,17 @@ class TurnRunner:
     emit: Emit
     should_stop: Callable[[], bool]
     max_steps: int
-    depth_limit: int = 64  # JSON nesting a chunk may carry (what is stored must read back)
+    limits: Limits = DEFAULT_LIMITS  # JSON depth a chunk may carry; the reply's bytes and parts
     answers: Sequence[ApprovalAnswer] = ()  # a continuation's answered approvals
     first_step: int = 0  # steps the reply already has (a continuation goes on counting)
     in_tool: Callable[[bool], None] = lambda running: None  # told as a tool starts and ends
-    max_reply_bytes: int = DEFAULT_LIMITS.message_bytes  # the reply obeys an input's limits
-    max_reply_parts: int = DEFAULT_LIMITS.parts_per_message
     asked: list[ApprovalAsked] = field(default_factory=list, init=False)
     bounds: ReplyBounds = field(init=False)
 
     def __post_init__(self) -> None:
         self.bounds = ReplyBounds(
-            self.max_reply_bytes,
-            self.max_reply_parts,
+            self.limits.message_bytes,
+            self.limits.parts_per_message,
             measure=lambda: message_bytes(self.assembler.message),
             parts=lambda: self.assembler.part_count,
         )
@@ -155,7 +153,7 @@ class TurnRunner:
         stream = _iterate(self.model, request)
         try:
             for raw in stream:
-                self._take(_parse_model_chunk(raw, self.depth_limit))
+                self._take(_parse_model_chunk(raw, self.limits.json_depth))
             self._check_stop()  # a model that saw the signal may simply end its stream
         except (_Stopped, _ModelFailed):
             raise
@@ -202,7 +200,7 @@ class TurnRunner:
                 result = _execute_tool(tool, part.tool_name, part.tool_call_id, part.input)
             finally:
                 self.in_tool(False)
-            return _bounded_output(result, self.depth_limit)
+            return _bounded_output(result, self.limits.json_depth)
 
     def _ask(self, part: ToolPart | DynamicToolPart) -> None:
         """Stop at this call: it runs once a human approves it (``respond_to_approval``)."""

@@ -102,9 +102,9 @@ class ReplyBounds:
         """Raises ``ReplyTooLarge`` if ``chunk`` could take the reply past a limit (a bare
         ``finish`` or ``abort`` never does: it adds nothing)."""
         kind = type(chunk)
-        if kind in _OPENS_PART and self.parts() >= self.max_parts:
+        if kind in _OPENS_PART and (count := self.parts()) >= self.max_parts:
             raise ReplyTooLarge(
-                f"the reply has {self.parts()} parts and a {chunk.type} chunk would add one past "
+                f"the reply has {count} parts and a {chunk.type} chunk would add one past "
                 f"the limit of {self.max_parts} (THINK_JOBS_MAX_PARTS_PER_MESSAGE)"
             )
         bound = _bound(chunk, kind)
@@ -125,23 +125,32 @@ class ReplyBounds:
 
 def _bound(chunk: Chunk, kind: type[Chunk]) -> int:
     """The most bytes ``chunk`` can add to the reply's JSON."""
-    if kind is TextDeltaChunk or kind is ReasoningDeltaChunk:
-        if chunk.provider_metadata is None:  # type: ignore[union-attr]
-            return BYTES_PER_CHAR * len(chunk.delta)  # type: ignore[union-attr]
-    elif kind is ToolInputDeltaChunk:
+    delta = _plain_delta(chunk, kind)
+    if delta is not None:
+        return BYTES_PER_CHAR * len(delta)
+    if kind is ToolInputDeltaChunk:
         return BYTES_PER_CHAR * len(chunk.input_text_delta)  # type: ignore[union-attr]
-    elif kind in _BARE_BOUND and chunk.model_fields_set <= _BARE:
+    if kind in _BARE_BOUND and chunk.model_fields_set <= _BARE:
         return _BARE_BOUND[kind]
     return BYTES_PER_CHAR * len(chunk.model_dump_json(exclude_none=True)) + PART_BYTES
 
 
 def _tight_bound(chunk: Chunk, kind: type[Chunk]) -> int:
     """``_bound`` made exact where that is cheap: a delta adds its text's JSON to a part's,
-    escape for escape; any other chunk its own JSON's bytes and a part's framing."""
+    escape for escape; any other chunk its own JSON's bytes and a part's framing (a partial
+    tool input keeps its bound: it may re-serialize larger than its text)."""
+    delta = _plain_delta(chunk, kind)
+    if delta is not None:
+        return len(json.dumps(delta, ensure_ascii=False).encode()) - 2  # without the quotes
+    if kind is ToolInputDeltaChunk or kind in _BARE_BOUND:
+        return _bound(chunk, kind)
+    return len(chunk.model_dump_json(exclude_none=True).encode()) + PART_BYTES
+
+
+def _plain_delta(chunk: Chunk, kind: type[Chunk]) -> str | None:
+    """The text a text or reasoning delta appends, when it carries nothing more."""
     if (kind is TextDeltaChunk or kind is ReasoningDeltaChunk) and (
         chunk.provider_metadata is None  # type: ignore[union-attr]
     ):
-        return len(json.dumps(chunk.delta, ensure_ascii=False).encode()) - 2  # type: ignore[union-attr]
-    if kind is ToolInputDeltaChunk or kind in _BARE_BOUND:
-        return _bound(chunk, kind)  # a partial input re-serializes larger than its text
-    return len(chunk.model_dump_json(exclude_none=True).encode()) + PART_BYTES
+        return chunk.delta  # type: ignore[union-attr]
+    return None
