@@ -60,6 +60,7 @@ class Think:
 
     agent_type: ClassVar[str] = "Think"
     stall_timeout_s: ClassVar[float | None] = None
+    turn_timeout_s: ClassVar[float | None] = None
     max_steps: ClassVar[int | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -16,7 +16,8 @@ def utcnow() -> datetime:
 
 @dataclass
 class TurnContext:
-    """The turn about to run. ``before_turn`` may change ``stall_timeout_s`` for this turn only.
+    """The turn about to run. ``before_turn`` may change ``stall_timeout_s`` and
+    ``turn_timeout_s`` for this turn only.
 
     ``trigger`` is one of ``submission``, ``schedule``, ``save_messages``, ``chat``,
     ``continue_last_turn`` or ``recovery``.
@@ -31,4 +32,5 @@ class TurnContext:
     metadata: dict[str, Any] | None = None
     attempt: int = 1
     stall_timeout_s: float | None = None
+    turn_timeout_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -212,6 +212,24 @@ class Staller(Think):
 jobs.register(Staller)
 
 
+class TimeLimited(Think):
+    """A three-second time limit: ``trickle`` streams words 0.05 s apart for 100 s; anything
+    else streams four words 0.4 s apart (1.6 s)."""
+
+    turn_timeout_s = 3.0
+
+    def get_model(self) -> ScriptedModel:
+        def script(request: ModelRequest) -> Reply:
+            if message_text(request.messages[-1]) == "trickle":
+                return Reply(text=" ".join(f"w{i}" for i in range(2000)), delay_s=0.05)
+            return Reply(text="one two three four", delay_s=0.4)
+
+        return ScriptedModel(script)
+
+
+jobs.register(TimeLimited)
+
+
 class HeapProbe(Think):
     """Replies with how many objects its process keeps out of the garbage collector's scans
     (``gc.get_freeze_count()``): what ``worker_gc_freeze`` did there."""

@@ -131,7 +131,8 @@ class Claim:
 
     ``history`` is the conversation (a JSON array) read in the claiming transaction, when it
     was read there. ``admitted`` is the agent's admission count as the lease was taken: when it
-    is the turn's own seq, nothing was queued behind the turn then.
+    is the turn's own seq, nothing was queued behind the turn then. ``now`` is the database
+    server's time as the lease was taken (the turn's ``started_at`` is on the same clock).
     """
 
     agent_id: int
@@ -141,6 +142,7 @@ class Claim:
     turn: TurnRecord
     recovering: bool
     admitted: int
+    now: datetime
     history: str | None = None
 
     @property

@@ -44,6 +44,7 @@ class StopKind(StrEnum):
     SIGNAL = "signal"  # the caller's in-process signal (or its callback raised)
     STALLED = "stalled"  # no chunk for stall_timeout_s: handed to recovery
     LEASE_LOST = "lease_lost"  # another attempt owns the turn now
+    TIMED_OUT = "timed_out"  # the turn ran past turn_timeout_s: it ends in error
 
     @property
     def interrupts(self) -> bool:

@@ -189,7 +189,7 @@ class Attempt:
         except Exception as error:
             log.exception("before_turn failed for %s", self.agent.address)
             return Finished(self._failed(assembler, error))
-        self.watch.stall_timeout_s = context.stall_timeout_s
+        self.watch.set_timeouts(stall_s=context.stall_timeout_s, turn_s=context.turn_timeout_s)
         outcome = self._run_model(context, assembler)
         reason = self.watch.reason
         if reason is not None and reason.interrupts:
@@ -278,6 +278,7 @@ class Attempt:
             metadata=self.turn.metadata,
             attempt=self.turn.attempt,
             stall_timeout_s=self.agent.stall_timeout_s,
+            turn_timeout_s=self.agent.turn_timeout_s,
         )
 
     def _assembler(self, partial: UIMessage | None) -> MessageAssembler:
@@ -302,6 +303,7 @@ class Attempt:
             emit=self._emit,
             should_stop=lambda: not self.watch.confirm(),
             in_tool=self.watch.in_tool,
+            stop_error=self._stop_error,
             max_steps=self.agent.max_steps or self.services.settings.max_steps,
             limits=Limits.of(self.services.settings),
             answers=self.answers,
@@ -332,6 +334,11 @@ class Attempt:
             except Exception as error:
                 self.callback_error = self.callback_error or error
                 self.watch.stop(StopKind.SIGNAL, f"on_event raised: {error}")
+
+    def _stop_error(self) -> str | None:
+        """The error a stop ends the turn with: the time limit's (other stops abort it)."""
+        reason = self.watch.reason
+        return reason.text if reason is not None and reason.kind is StopKind.TIMED_OUT else None
 
     def _not_run(self) -> RunOutcome:
         return RunOutcome("aborted", None, self._assembler(None).message, False)

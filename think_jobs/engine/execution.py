@@ -215,6 +215,8 @@ def _tools(
         ),
         signal=caller.signal if caller else None,
         stall_timeout_s=agent.stall_timeout_s,
+        turn_timeout_s=agent.turn_timeout_s,
+        began=_began(claim, lease),
     ).start()  # first: taking a stream connection may wait on an unreachable Redis
     try:
         writer = _writer(services, agent, turn, lease, watch)
@@ -222,6 +224,18 @@ def _tools(
         watch.close()
         raise
     return Tools(lease, watch, writer)
+
+
+def _began(claim: Claim, lease: Lease) -> float:
+    """When the claimed turn first started, on this process's monotonic clock: the time the
+    lease was taken (when its claim was sent) less the time the database says the turn had
+    run by then (an earlier attempt's). Only the database's clock is read: a worker whose
+    wall clock is off measures the same."""
+    started = claim.turn.started_at
+    sent = lease.valid_until - lease.ttl_s
+    if started is None:
+        return sent
+    return sent - max(0.0, (claim.now - started).total_seconds())
 
 
 def _writer(

@@ -90,6 +90,7 @@ class TurnRunner:
     answers: Sequence[ApprovalAnswer] = ()  # a continuation's answered approvals
     first_step: int = 0  # steps the reply already has (a continuation goes on counting)
     in_tool: Callable[[bool], None] = lambda running: None  # told as a tool starts and ends
+    stop_error: Callable[[], str | None] = lambda: None  # a stop that is an error: its text
     asked: list[ApprovalAsked] = field(default_factory=list, init=False)
     bounds: ReplyBounds = field(init=False)
 
@@ -108,7 +109,11 @@ class TurnRunner:
             self._apply_answers()
             self._steps()
         except _Stopped:
-            return self._aborted()
+            error = self.stop_error()
+            if error is None:
+                return self._aborted()
+            self.emit(ErrorChunk(error_text=error))
+            return self._outcome("error", error)
         except _ModelFailed as failure:
             if not failure.streamed:
                 self.emit(ErrorChunk(error_text=str(failure)))

@@ -226,6 +226,7 @@ class _Holder:
             turn,
             recovering,
             self.admitted,
+            self.now,
         )
 
 

@@ -3,8 +3,8 @@
 Each running attempt's watch talks only to the database, so that nothing can hold up the
 lease: every ``lease_ttl_s / 3`` it renews the lease through the fence and reads the turn's
 status in the same transaction (a ``cancel_submission`` that found Redis down is seen there);
-it looks again when the stall timeout or the lease's local bound is due (an attempt that could
-not renew in time stops before anyone else may take the turn), and every
+it looks again when the stall timeout, the turn's time limit or the lease's local bound is due
+(an attempt that could not renew in time stops before anyone else may take the turn), and every
 ``cancel_poll_interval_s`` when the caller's in-process signal is a ``threading.Event``. Each
 renewal runs on a short-lived thread of its own, at most one at a time: a database that stops
 answering (a partition that holds bytes) blocks that renewal, never the watch, which still
@@ -83,7 +83,11 @@ class TurnWatch:
         timings: WatchTimings,
         signal: SignalLike | None = None,
         stall_timeout_s: float | None = None,
+        turn_timeout_s: float | None = None,
+        began: float | None = None,
     ) -> None:
+        """``began`` is when the turn first started, on this process's monotonic clock (an
+        earlier attempt's time counts against ``turn_timeout_s``); None: now."""
         self._lease = lease
         self._turn = turn
         self._revocations = revocations
@@ -91,6 +95,8 @@ class TurnWatch:
         self._timings = timings
         self._local = signal
         self.stall_timeout_s = stall_timeout_s
+        self.turn_timeout_s = turn_timeout_s
+        self._began = time.monotonic() if began is None else began
         self._controller = AbortController()
         self.reason: StopReason | None = None
         self._closed = threading.Event()
@@ -127,6 +133,7 @@ class TurnWatch:
         stops at once); a lease that only aged, taken by no one, is renewed and it goes on. The
         renewal is waited for until the lease may lapse (at least ``_CONFIRM_WAIT_S``), not
         longer: a database that does not answer stops the attempt instead of holding it."""
+        self._check_time_limit()
         lease = self._lease
         if not self.stopped and not lease.released and lease.lapsed:
             wait_s = max(_CONFIRM_WAIT_S, lease.valid_until - time.monotonic())
@@ -145,6 +152,16 @@ class TurnWatch:
         self._watched = clock, clock.add(self, self._next_due())
         self._revocations.watch(self._revocation_key, self)
         return self
+
+    def set_timeouts(self, *, stall_s: float | None, turn_s: float | None) -> None:
+        """Change the stall timeout and the turn's time limit (``before_turn`` may have), and
+        look again when the first of the new deadlines is due."""
+        self.stall_timeout_s, self.turn_timeout_s = stall_s, turn_s
+        if self._watched is None:
+            return
+        clock, entry = self._watched
+        clock.forget(entry)
+        self._watched = clock, clock.add(self, self._next_due())
 
     def close(self) -> None:
         """Stop watching. A renewal in flight ends on its own (it may be inside a call to
@@ -184,6 +201,7 @@ class TurnWatch:
         if self._closed.is_set() or self._lost:
             return None
         self._check_local_and_stall()
+        self._check_time_limit()
         if self._stuck():
             return None
         if time.monotonic() >= self._next_heartbeat:
@@ -247,7 +265,8 @@ class TurnWatch:
 
     def _next_due(self) -> float:
         """When to look next: the first of the next heartbeat, the lease's local bound and
-        the stall deadline (each checked when it is due, not on a fixed tick, so a thousand
+        the stall deadline and the turn's time limit (each checked when it is due, not on a
+        fixed tick, so a thousand
         running turns do not cost a thousand wake-ups five times a second). A caller's
         ``threading.Event`` has no listener and is looked at every ``poll_s``. The bound and
         the deadline move later as the lease is renewed and chunks arrive: looking at an old
@@ -258,6 +277,8 @@ class TurnWatch:
             due.append(self._lease.valid_until - self._lease.safety_s)
             if self.stall_timeout_s is not None:
                 due.append(self._last_chunk + self.stall_timeout_s)
+            if self.turn_timeout_s is not None:
+                due.append(self._began + self.turn_timeout_s)
         elif self._stopped_at is not None and self._may_be_stuck():
             due.append(self._stopped_at + self._lease.ttl_s)
         if self._local is not None and not isinstance(self._local, AbortSignal):
@@ -316,6 +337,15 @@ class TurnWatch:
             return
         if time.monotonic() - self._last_chunk > timeout:
             self.stop(StopKind.STALLED, f"no chunk for {timeout:g} s")
+
+    def _check_time_limit(self) -> None:
+        """Stop a turn that has run ``turn_timeout_s`` since it first started: it ends in
+        error (``StopKind.TIMED_OUT``), a continuation after a crash included."""
+        limit = self.turn_timeout_s
+        if limit is None or self.stopped or time.monotonic() < self._began + limit:
+            return
+        self.stop(StopKind.TIMED_OUT, f"the turn ran past its time limit of {limit:g} s "
+                  "(turn_timeout_s)")  # fmt: skip
 
 
 # -- the clock: one thread waking every watch of the process when it is due --------------------
