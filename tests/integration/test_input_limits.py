@@ -476,6 +476,17 @@ class RaggedModel:
         if asked == "tool" and request.step == 0:
             yield {"type": "tool-input-available", "toolCallId": "c1", "toolName": "ragged"}
             return
+        if asked == "split":  # pairs cut between deltas, as UTF-16 text can be
+            yield {"type": "reasoning-start", "id": "r"}
+            yield {"type": "text-start", "id": "t"}
+            yield {"type": "text-delta", "id": "t", "delta": "smile \ud83d"}
+            yield {"type": "reasoning-delta", "id": "r", "delta": "hmm \ud83e"}
+            yield {"type": "text-delta", "id": "t", "delta": "\ude00 and \ud83d"}
+            yield {"type": "reasoning-delta", "id": "r", "delta": "\udd14"}
+            yield {"type": "reasoning-end", "id": "r"}
+            yield {"type": "text-delta", "id": "t", "delta": "\ude03 cut \ud83d"}
+            yield {"type": "text-end", "id": "t"}  # its other half never came
+            return
         yield {"type": "text-start", "id": "t"}
         yield {"type": "text-delta", "id": "t", "delta": "a\ud800b"}
         yield {"type": "text-delta", "id": "t", "delta": " \ud83d\ude00"}  # a pair: one emoji
@@ -511,6 +522,26 @@ def test_text_a_model_streams_with_a_lone_surrogate_is_stored_and_streamed_well_
     assert agent.save_messages([user("again")]).status == "completed"
     [_, reply, _, _] = agent.get_messages()
     assert message_text(reply) == "a\ufffdb \U0001f600"
+    events = list(agent.stream(result.request_id, timeout_s=5))
+    chunks = [e.chunk for e in events if e.chunk is not None]
+    assert assemble(chunks, reply.id).parts == reply.parts
+
+
+def test_a_character_split_between_two_deltas_is_stored_and_streamed_whole(
+    jobs: ThinkJobs,
+) -> None:
+    """A model whose text comes as UTF-16 may cut an emoji between two deltas, each half a
+    lone surrogate: the halves are joined (text and reasoning alike, interleaved), and a half
+    whose other one never came becomes U+FFFD as its block ends."""
+    agent = jobs.get_agent(Ragged, "a")
+    result = agent.save_messages([user("split")])
+    assert result.status == "completed"
+    [_, reply] = agent.get_messages()
+    texts = [(p.type, getattr(p, "text", None)) for p in reply.parts if p.type != "step-start"]
+    assert texts == [
+        ("reasoning", "hmm \U0001f914"),
+        ("text", "smile \U0001f600 and \U0001f603 cut \ufffd"),
+    ]
     events = list(agent.stream(result.request_id, timeout_s=5))
     chunks = [e.chunk for e in events if e.chunk is not None]
     assert assemble(chunks, reply.id).parts == reply.parts

@@ -27,8 +27,10 @@ from think_jobs.chunks import (
     ErrorChunk,
     FinishChunk,
     FinishStepChunk,
+    ReasoningDeltaChunk,
     StartChunk,
     StartStepChunk,
+    TextDeltaChunk,
     ToolApprovalRequestChunk,
     ToolOutputAvailableChunk,
     ToolOutputDeniedChunk,
@@ -38,6 +40,7 @@ from think_jobs.chunks import (
 from think_jobs.domain.records import ApprovalAnswer, ApprovalAsked
 from think_jobs.domain.status import FinalStatus
 from think_jobs.engine.reply_bounds import ReplyBounds, ReplyTooLarge
+from think_jobs.engine.surrogates import PairJoiner
 from think_jobs.limits import DEFAULT_LIMITS, Limits, is_unicode, value_problem, well_formed
 from think_jobs.messages import (
     DynamicToolPart,
@@ -156,9 +159,12 @@ class TurnRunner:
     def _stream_step(self, step: int) -> None:
         request = replace(self.request, messages=self._conversation(), step=step)
         stream = _iterate(self.model, request)
+        joiner = PairJoiner()
         try:
             for raw in stream:
-                self._take(_parse_model_chunk(raw, self.limits.json_depth))
+                self._take(_parse_model_chunk(raw, self.limits.json_depth), joiner)
+            for replacement in joiner.rest():  # a half character the model never finished
+                self._add(replacement)
             self._check_stop()  # a model that saw the signal may simply end its stream
         except (_Stopped, _ModelFailed):
             raise
@@ -167,7 +173,19 @@ class TurnRunner:
         finally:
             _close(stream)
 
-    def _take(self, chunk: Chunk) -> None:
+    def _take(self, chunk: Chunk, joiner: PairJoiner) -> None:
+        """One chunk of the model's: a delta joined with a half character held from the one
+        before it, then every chunk's text made well-formed."""
+        if isinstance(chunk, TextDeltaChunk | ReasoningDeltaChunk):
+            joined = joiner.delta(chunk)
+            if joined is None:
+                return
+            chunk = joined
+        else:
+            replacement = joiner.ending(chunk)
+            if replacement is not None:
+                self._add(replacement)
+        chunk = _well_formed(chunk)
         if isinstance(chunk, ErrorChunk):
             self.emit(chunk)
             raise _ModelFailed(chunk.error_text, streamed=True)
@@ -286,7 +304,7 @@ def _parse_model_chunk(raw_iterator_item: Chunk | Mapping[str, Any], depth_limit
     problem = json_problem(chunk, depth_limit)
     if problem is not None:
         raise _ModelFailed(f"model produced a chunk that could not be stored: {problem}")
-    return _well_formed(chunk)
+    return chunk
 
 
 def _well_formed(chunk: Chunk) -> Chunk:
