@@ -95,7 +95,8 @@ class ThinkJobs:
     def register(self, cls: type[AgentT]) -> type[AgentT]:
         """Make an agent class known (by its ``agent_type``); usable as a class decorator.
 
-        Scheduled tasks are validated here, so a bad schedule fails at start-up.
+        Scheduled tasks and the class's ``stall_timeout_s``, ``turn_timeout_s`` and
+        ``max_steps`` are validated here, so a bad one fails at start-up.
         """
         if not (isinstance(cls, type) and issubclass(cls, Think)):
             raise ConfigurationError(f"{cls!r} is not a subclass of think_jobs.Think")
@@ -104,6 +105,7 @@ class ThinkJobs:
             raise ConfigurationError(
                 f'agent type "{cls.agent_type}" is already registered by {known.__qualname__}'
             )
+        _check_turn_settings(cls)
         probe = cls(self, "__registration__")
         validate_scheduled_tasks(
             probe.get_scheduled_tasks(),
@@ -323,3 +325,11 @@ def _broker_is_the_redis(settings: Settings) -> bool:
     Redis client talks to (then drains are LPUSHed directly, ``transport.dispatch``)."""
     broker = settings.effective_broker_url
     return broker == settings.redis_url and is_plain_redis(broker)
+
+
+def _check_turn_settings(cls: type[Think]) -> None:
+    """The class attributes each of its turns reads: None or a positive value."""
+    owner = cls.__qualname__
+    validation.seconds_or_none(cls.stall_timeout_s, f"{owner}.stall_timeout_s")
+    validation.seconds_or_none(cls.turn_timeout_s, f"{owner}.turn_timeout_s")
+    validation.steps_or_none(cls.max_steps, f"{owner}.max_steps")

@@ -11,11 +11,17 @@ Messages and JSON values are bounded by ``think_jobs.limits`` (depth, bytes, cou
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from think_jobs.errors import EmptySubmissionError, InvalidInputError, MessageValidationError
+from think_jobs.errors import (
+    ConfigurationError,
+    EmptySubmissionError,
+    InvalidInputError,
+    MessageValidationError,
+)
 from think_jobs.limits import (
     ID_MAX_CHARS,
     IDENTIFIER_PATTERN,
@@ -49,6 +55,8 @@ __all__ = [
     "optional_id",
     "optional_key",
     "reason",
+    "seconds_or_none",
+    "steps_or_none",
     "submission_messages",
 ]
 
@@ -177,3 +185,31 @@ def clamp(value: int, low: int, high: int, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInputError(f"{name} must be an integer")
     return max(low, min(high, value))
+
+
+def seconds_or_none(value: object, name: str) -> float | None:
+    """A time an agent class or its ``before_turn`` sets (``stall_timeout_s``,
+    ``turn_timeout_s``): None (off) or a positive, finite number of seconds. Raises
+    ``ConfigurationError`` naming ``name`` otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(
+            f"{name} must be None (no limit) or a number of seconds, got {value!r}"
+        )
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigurationError(
+            f"{name} must be a positive, finite number of seconds, got {value!r}"
+        )
+    return float(value)
+
+
+def steps_or_none(value: object, name: str) -> int | None:
+    """An agent class's ``max_steps``: None (the setting's) or an integer of at least 1."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(
+            f"{name} must be None (THINK_JOBS_MAX_STEPS) or an integer of at least 1, got {value!r}"
+        )
+    return value

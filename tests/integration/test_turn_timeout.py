@@ -96,6 +96,20 @@ def test_before_turn_sets_a_time_limit_for_one_turn(jobs: ThinkJobs) -> None:
     assert texts(agent)[-1] == ("assistant", "ok")
 
 
+def test_a_time_limit_before_turn_sets_that_cannot_work_fails_that_turn_only(
+    jobs: ThinkJobs,
+) -> None:
+    agent = jobs.get_agent(LimitedPerTurn, "bad")
+    with worker(jobs):
+        refused = agent.save_messages([user("hello")], body={"limit_s": -1})
+        fine = agent.save_messages([user("hello")], body={"limit_s": 30})
+    assert (refused.status, refused.error) == (
+        "error",
+        "ctx.turn_timeout_s must be a positive, finite number of seconds, got -1.0",
+    )
+    assert (fine.status, fine.error) == ("completed", None)
+
+
 class Paced(Think):
     """Each turn streams four words 0.4 s apart (1.6 s) under a three-second limit."""
 

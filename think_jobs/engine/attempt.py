@@ -41,6 +41,7 @@ from think_jobs.observe import metrics, tracing
 from think_jobs.results import ChatResponseResult, TurnStatus
 from think_jobs.signals import SignalLike
 from think_jobs.transport.streams import StreamWriter
+from think_jobs.validation import seconds_or_none
 
 log = logging.getLogger(__name__)
 
@@ -186,10 +187,12 @@ class Attempt:
     def _run_with_hooks(self, context: TurnContext, assembler: MessageAssembler) -> Ending:
         try:
             self.agent.before_turn(context)
+            stall_s = seconds_or_none(context.stall_timeout_s, "ctx.stall_timeout_s")
+            turn_s = seconds_or_none(context.turn_timeout_s, "ctx.turn_timeout_s")
         except Exception as error:
             log.exception("before_turn failed for %s", self.agent.address)
             return Finished(self._failed(assembler, error))
-        self.watch.set_timeouts(stall_s=context.stall_timeout_s, turn_s=context.turn_timeout_s)
+        self.watch.set_timeouts(stall_s=stall_s, turn_s=turn_s)
         outcome = self._run_model(context, assembler)
         reason = self.watch.reason
         if reason is not None and reason.interrupts:
