@@ -160,6 +160,32 @@ def test_the_sweeper_finds_agents_with_work_waiting_and_no_live_lease(jobs: Thin
         first = agent_ops.agents_needing_a_drain(conn, limit=1)
     assert found == sorted(ids[name] for name in ("free", "expired", "orphan"))
     assert first == found[:1]
+    with jobs.db.read() as conn:
+        assert agent_ops.agents_needing_a_drain(conn, limit=10, after=found[0]) == found[1:]
+        assert agent_ops.agents_needing_a_drain(conn, limit=10, after=found[-1]) == []
+
+
+def test_sweeps_go_on_from_where_the_last_one_stopped(jobs: ThinkJobs) -> None:
+    """Agents that stay on the sweeper's list (marked, of a type no worker serves, behind a
+    long backlog) cannot keep the ones after them from being nudged: with a batch of two and
+    five agents whose drains were lost, three sweeps nudge each once, and the fourth starts
+    over (each is marked by then: nothing more is sent)."""
+    jobs.register(Quiet)
+    agents = [jobs.get_agent(Quiet, f"a{i}") for i in range(5)]
+    for agent in agents:
+        agent.submit_messages([user("u")])
+    ids = [jobs.agent_id_of(agent, create=True) for agent in agents]
+    assert None not in ids
+    queue = jobs.settings.queue
+    jobs.redis.delete(queue)  # the drains the submissions sent: lost
+
+    def nudged() -> list[int]:
+        raw = jobs.redis.lrange(queue, 0, -1)
+        jobs.redis.delete(queue)
+        return sorted(json.loads(base64.b64decode(json.loads(m)["body"]))[0][0] for m in raw)
+
+    assert [worker.sweep(jobs.services, batch=2) for _ in range(4)] == [2, 2, 1, 0]
+    assert nudged() == sorted(i for i in ids if i is not None)
 
 
 def test_the_sweeper_sends_one_drain_until_that_drain_runs(jobs: ThinkJobs) -> None:

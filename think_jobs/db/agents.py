@@ -153,9 +153,10 @@ def get_last_body(conn: Connection, agent_id: int) -> dict[str, Any] | None:
     return conn.execute(query).scalar_one_or_none()
 
 
-def agents_needing_a_drain(conn: Connection, *, limit: int) -> list[int]:
-    """Agents with pending turns whose lease is free or expired (the sweeper enqueues them);
-    a continuation waiting for an approval is nudged by the answer instead.
+def agents_needing_a_drain(conn: Connection, *, limit: int, after: int = 0) -> list[int]:
+    """Agents with pending turns whose lease is free or expired (the sweeper enqueues them),
+    the first ``limit`` by id after ``after``; a continuation waiting for an approval is
+    nudged by the answer instead.
 
     Driven from the active turns (an index probe per status), then one primary-key probe per
     agent found for a live lease, so its cost follows the work waiting, not the number of
@@ -163,9 +164,11 @@ def agents_needing_a_drain(conn: Connection, *, limit: int) -> list[int]:
     """
     active = union(
         select(turns.c.agent_id).where(
-            turns.c.status == Status.PENDING, turns.c.awaiting_approval.is_(False)
+            turns.c.status == Status.PENDING,
+            turns.c.awaiting_approval.is_(False),
+            turns.c.agent_id > after,
         ),
-        select(turns.c.agent_id).where(turns.c.status == Status.RUNNING),
+        select(turns.c.agent_id).where(turns.c.status == Status.RUNNING, turns.c.agent_id > after),
     ).subquery()
     leased = select(agents.c.id).where(
         agents.c.id == active.c.agent_id, agents.c.lease_expires_at >= db_now()

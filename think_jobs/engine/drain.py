@@ -8,7 +8,10 @@ The sweeper runs in every worker (a thread, every ``sweep_interval_s``): it enqu
 for agents that have pending work but no live lease, which covers submissions accepted while
 the broker was down, drain messages lost with a Redis restart, and orphaned turns whose
 executor died (their lease expires, recovery takes over). It also expires tool approvals left
-open past ``approval_timeout_s`` (``engine.approvals``).
+open past ``approval_timeout_s`` (``engine.approvals``). It looks at up to ``_SWEEP_BATCH``
+such agents a sweep, each sweep going on from where the last one stopped (``_SweepCursor``):
+agents that stay on the list (a type no worker serves, a backlog longer than a batch) cannot
+keep the ones after them from ever being looked at.
 """
 
 from __future__ import annotations
@@ -97,12 +100,27 @@ def _log_unregistered(services: Services, agent_type: str) -> None:
     )
 
 
-def sweep(services: Services) -> int:
-    """Enqueue a drain for every agent with pending work and no live lease, send the
-    follow-ups of ended turns nobody sent, and expire tool approvals open past
-    ``approval_timeout_s``; returns how many drains were enqueued."""
-    with services.db.read() as conn:
-        agent_ids = agent_ops.agents_needing_a_drain(conn, limit=_SWEEP_BATCH)
+class _SweepCursor:
+    """The last agent id a sweep of this process looked at (0: start from the first)."""
+
+    def __init__(self) -> None:
+        self.after = 0
+        self.lock = threading.Lock()
+
+
+_CURSORS: weakref.WeakKeyDictionary[Services, _SweepCursor] = weakref.WeakKeyDictionary()
+
+
+def sweep(services: Services, *, batch: int = _SWEEP_BATCH) -> int:
+    """Enqueue a drain for the next ``batch`` agents with pending work and no live lease, send
+    the follow-ups of ended turns nobody sent, and expire tool approvals open past
+    ``approval_timeout_s``; returns how many drains were enqueued. A sweep that filled its
+    batch leaves the next one to go on after its last agent; one that did not, to start over."""
+    cursor = _CURSORS.setdefault(services, _SweepCursor())
+    with cursor.lock:
+        with services.db.read() as conn:
+            agent_ids = agent_ops.agents_needing_a_drain(conn, limit=batch, after=cursor.after)
+        cursor.after = agent_ids[-1] if len(agent_ids) == batch else 0
     sent = 0
     for agent_id in agent_ids:
         if _mark_swept(services, agent_id) and services.dispatch.enqueue_drain(
