@@ -207,8 +207,9 @@ def test_a_turn_stuck_in_a_tool_past_its_limit_is_ended_by_the_next_attempt(
 ) -> None:
     """The attempt cannot be stopped inside the tool: a lease TTL after the limit its lease is
     left to lapse, and the attempt that takes the turn over finds the turn's time spent and
-    ends it in error without calling the model or the tool again. The agent's next turn runs;
-    the stuck tool's output, when it comes, is not stored."""
+    ends it in error without calling the model or the tool again; the unanswered call gets
+    the error as its output, in the stream and in the stored reply. The agent's next turn
+    runs; the stuck tool's output, when it comes, is not stored."""
     jobs = make_jobs(lease_ttl_s=1.0)
     agent = jobs.get_agent(HangingTool, "h")
     stuck = agent.submit_messages([user("hang")])
@@ -223,6 +224,16 @@ def test_a_turn_stuck_in_a_tool_past_its_limit_is_ended_by_the_next_attempt(
     assert TOOL_RUNS == ["hang"]
     [_, partial, _, answer] = agent.get_messages()
     [call] = [p for p in partial.parts if isinstance(p, ToolPart)]
-    assert (call.tool_name, call.state, call.output) == ("hang", "input-available", None)
+    assert (call.tool_name, call.state) == ("hang", "output-error")
+    assert (call.output, call.error_text) == (None, _limit_error("0.5"))
+    events = list(agent.stream(stuck.submission_id, timeout_s=10))
+    ends = [e.chunk for e in events if e.chunk and e.chunk["type"].startswith("tool-output")]
+    assert ends == [
+        {
+            "type": "tool-output-error",
+            "toolCallId": call.tool_call_id,
+            "errorText": _limit_error("0.5"),
+        }
+    ]
     assert "finally" not in json.dumps([m.to_wire() for m in agent.get_messages()])
     assert message_text(answer) == "ok"

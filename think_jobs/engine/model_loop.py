@@ -115,6 +115,7 @@ class TurnRunner:
             error = self.stop_error()
             if error is None:
                 return self._aborted()
+            self._end_unanswered(error)
             self.emit(ErrorChunk(error_text=error))
             return self._outcome("error", error)
         except _ModelFailed as failure:
@@ -251,6 +252,19 @@ class TurnRunner:
             self._add(ToolOutputErrorChunk(tool_call_id=call_id, error_text=error))
         else:
             self._send(result)
+
+    def _end_unanswered(self, why: str) -> None:
+        """Tool calls a turn ends in error without answering (its time limit came first, a
+        tool still running or not yet run) get that error as their output: the client shows
+        the call ended, and the next turn's model sees a call with its result, not one left
+        open. A call the reply has no room for stays as the model left it."""
+        for part in _tool_calls(self.assembler, ("input-available",)):
+            chunk = ToolOutputErrorChunk(tool_call_id=part.tool_call_id, error_text=why)
+            try:
+                self.bounds.admit(chunk)
+            except ReplyTooLarge:
+                return
+            self._send(chunk)
 
     def _send(self, chunk: Chunk) -> None:
         self.assembler.feed(chunk)
