@@ -59,7 +59,11 @@ class ThinkJobs:
         if settings is not None and overrides:
             raise ConfigurationError("pass either settings= or keyword overrides, not both")
         self.settings = settings if settings is not None else load_settings(**overrides)
-        self.db = Database(self.settings.database_url, pool_size=self.settings.db_pool_size)
+        self.db = Database(
+            self.settings.database_url,
+            pool_size=self.settings.db_pool_size,
+            idle_transaction_timeout_s=self.settings.db_idle_transaction_timeout_s,
+        )
         self.keys = Keys(self.settings.key_prefix)
         self.clients = RedisClients(
             self.settings.redis_url,

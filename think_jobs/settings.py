@@ -144,6 +144,14 @@ class Settings(BaseSettings):
         "concurrency + 2 for short turns. A turn waiting on its model holds no connection, so "
         "a worker of hundreds of slow LLM turns needs no more than the default.",
     )
+    db_idle_transaction_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="PostgreSQL ends a session of ours left idle inside a transaction this "
+        "long (`idle_in_transaction_session_timeout`), rolling it back: a process paused or "
+        "cut off between a transaction's statements (SIGSTOP, a partition) cannot hold an "
+        "agent's row lock, and with it the agent and every submit to it, for good.",
+    )
 
     api_tokens: TokenList = Field(
         (), description="Comma-separated bearer tokens of the web app with read and write scope."

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
@@ -14,6 +15,7 @@ from tests.conftest import _pg_admin
 from think_jobs import StorageUnavailableError
 from think_jobs.db import engine as engine_module
 from think_jobs.db.engine import Database
+from think_jobs.testing import wait_until
 
 pytestmark = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 
@@ -103,9 +105,9 @@ def test_threads_that_first_use_the_database_together_share_one_pool(
     and a server connection left open until the garbage collector finds it)."""
     made = engine_module.create_db_engine
 
-    def slow_to_make(url: str, *, pool_size: int) -> Engine:  # as on a loaded machine
+    def slow_to_make(url: str, **options: Any) -> Engine:  # as on a loaded machine
         time.sleep(0.05)
-        return made(url, pool_size=pool_size)
+        return made(url, **options)
 
     monkeypatch.setattr(engine_module, "create_db_engine", slow_to_make)
     database = Database(database_url, pool_size=8)
@@ -124,3 +126,35 @@ def test_threads_that_first_use_the_database_together_share_one_pool(
         thread.join()
     database.close()
     assert engines == {id(database.engine)}
+
+
+def test_sessions_ask_postgresql_to_end_them_when_idle_in_a_transaction(
+    database_url: str,
+) -> None:
+    """``db_idle_transaction_timeout_s`` reaches every session as
+    ``idle_in_transaction_session_timeout``, beside any ``options`` the URL sets; a
+    transaction left idle past it is ended by the server, and the next operation fails with
+    the package's error, then the pool goes on with a new connection."""
+    url = f"{database_url}?options=-c%20statement_timeout%3D5000"
+    database = Database(url, pool_size=1, idle_transaction_timeout_s=0.2)
+    try:
+        with database.read() as conn:
+            shown = [
+                conn.exec_driver_sql(f"SHOW {name}").scalar()
+                for name in ("idle_in_transaction_session_timeout", "statement_timeout")
+            ]
+        assert shown == ["200ms", "5s"]
+        with pytest.raises(StorageUnavailableError), database.read() as conn:
+            pid = int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
+            wait_until(lambda: not _alive(pid), 10, interval_s=0.05)  # idle, then ended
+            conn.exec_driver_sql("SELECT 1")
+        with database.read() as conn:
+            assert conn.exec_driver_sql("SELECT 1").scalar() == 1
+    finally:
+        database.close()
+
+
+def _alive(pid: int) -> bool:
+    with _pg_admin() as admin:
+        found = admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+    return found is not None

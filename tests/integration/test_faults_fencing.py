@@ -13,28 +13,37 @@ stream — contiguous seqs, one ``done`` — rebuilding its stored reply exactly
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.apps.agents import Recorder, read_events
-from tests.support.faults import Report
+from tests.apps.agents import Journal, Recorder, read_events
+from tests.support.builders import directive
+from tests.support.faults import Report, check, submit_load, unfinished
 from tests.support.fencing_faults import (
     Load,
+    _judge_tails,
+    _state,
     _through,
     busy_worker,
     clock_skew,
     finish,
+    open_calls,
     partition,
     skewed,
     submit,
     workers,
     zombies,
 )
+from tests.support.processes import WorkerProcess
 from tests.support.proxy import proxy_to
 from think_jobs import ThinkJobs
 from think_jobs.db.dialect import server_now
@@ -164,3 +173,84 @@ def test_the_dashboard_of_a_host_whose_clock_is_an_hour_off_reads_the_databases_
 def database_now(jobs: ThinkJobs) -> datetime:
     with jobs.db.read() as conn:
         return server_now(conn)
+
+
+def test_a_worker_frozen_inside_a_transaction_holds_its_agent_only_until_postgresql_ends_it(
+    fault_jobs: ThinkJobs, fault_env: dict[str, str]
+) -> None:
+    """SIGSTOP lands between a heartbeat's renewal, which locks the agent's row, and its
+    COMMIT. To hit that window every time, the test holds the row itself, so the renewal
+    waits; freezes the worker; then lets the renewal through: the frozen worker's session
+    sits idle in a transaction, holding the row. PostgreSQL ends that session after
+    ``db_idle_transaction_timeout_s``: a submit to the agent, which needs the row, returns
+    instead of waiting for ever; the lease lapses, another worker finishes the frozen turn,
+    then the new one; and the frozen worker, resumed, writes nothing stale."""
+    env = {**fault_env, "THINK_JOBS_DB_IDLE_TRANSACTION_TIMEOUT_S": "3"}
+    admitted = submit_load(fault_jobs, agents=1, per_agent=1, words=80, delay_s=0.1)
+    agent = fault_jobs.get_agent(Recorder, "agent-0")
+    with workers([env]) as [frozen]:
+        wait_until(lambda: _calls_of(fault_jobs, frozen), 60)
+        backend = _renewal_frozen_holding_the_row(fault_jobs, frozen)
+        late: list[str] = []
+        submitting = threading.Thread(
+            target=lambda: late.append(
+                agent.submit_messages([directive("m-agent-0#1", label="agent-0#1")]).submission_id
+            )
+        )
+        submitting.start()
+        submitting.join(30)  # the lock is held until PostgreSQL ends the frozen session
+        assert late, "a submit to the agent waited on the row the frozen worker locked"
+        wait_until(lambda: backend not in _backends(fault_jobs), 10, interval_s=0.01)
+        admitted["agent-0"].append(("agent-0#1", late[0]))
+        with workers([env]):
+            wait_until(lambda: unfinished(fault_jobs, admitted) == 0, 120, interval_s=0.2)
+            Journal(fault_jobs).write(
+                {"what": "resumed", "pid": frozen.process.pid, "t": time.time()}
+            )
+            os.killpg(frozen.process.pid, signal.SIGCONT)
+            wait_until(lambda: not _calls_of(fault_jobs, frozen), 60)
+            report = check(fault_jobs, admitted, Report("frozen in a transaction", faults=1))
+    assert_clean(_judge_tails(fault_jobs, report), took_over=True)
+
+
+def _calls_of(jobs: ThinkJobs, worker: WorkerProcess) -> list[dict[str, Any]]:
+    return [call for call in open_calls(jobs) if call["pid"] == worker.process.pid]
+
+
+def _renewal_frozen_holding_the_row(jobs: ThinkJobs, worker: WorkerProcess) -> int:
+    """Freeze ``worker`` just after its next lease renewal locked the agent's row, before it
+    commits; returns the worker's frozen database backend."""
+    with jobs.db.engine.connect() as conn, conn.begin():
+        conn.exec_driver_sql("SELECT id FROM think_agents FOR UPDATE")  # the renewal waits
+        waiting: int = wait_until(lambda: _waiting_renewal(jobs), 30, interval_s=0.01)
+        Journal(jobs).write({"what": "stopping", "pid": worker.process.pid, "t": time.time()})
+        os.killpg(worker.process.pid, signal.SIGSTOP)
+        wait_until(lambda: _state(worker.process.pid) == "T", 10, interval_s=0.005)
+        Journal(jobs).write(
+            {"what": "stopped", "pid": worker.process.pid, "t": time.time(), "lease_ttl_s": 2.0}
+        )
+    idle = "idle in transaction"
+    wait_until(lambda: _backends(jobs).get(waiting) == idle, 10, interval_s=0.01)
+    return waiting
+
+
+def _waiting_renewal(jobs: ThinkJobs) -> int | None:
+    """The backend of a statement on the agents' table waiting for a row lock, if any."""
+    query = (
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' AND query ILIKE '%%think_agents%%' "
+        "AND pid <> pg_backend_pid()"
+    )
+    with jobs.db.read() as conn:
+        found = conn.exec_driver_sql(query).scalar()
+    return int(found) if found is not None else None
+
+
+def _backends(jobs: ThinkJobs) -> dict[int, str]:
+    """This database's other sessions and their states."""
+    query = (
+        "SELECT pid, state FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    with jobs.db.read() as conn:
+        return {int(pid): str(state) for pid, state in conn.exec_driver_sql(query)}

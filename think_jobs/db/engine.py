@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, exc
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 
 from think_jobs.errors import ConfigurationError, StorageUnavailableError
 
@@ -82,8 +82,25 @@ def _ping_rested_connections(engine: Engine) -> None:
             raise exc.DisconnectionError(f"pooled connection is dead: {error}") from error
 
 
-def create_db_engine(url: str, *, pool_size: int) -> Engine:
-    """An engine for ``url``; nothing connects until the first operation."""
+def _pg_connect_args(parsed: URL, idle_transaction_timeout_s: float | None) -> dict[str, Any]:
+    """libpq's connection parameters: the timeouts above, and the server's own bound on a
+    session idle inside a transaction, added to any ``options`` the URL sets."""
+    args: dict[str, Any] = dict(_PG_CONNECT)
+    if idle_transaction_timeout_s is not None:
+        ms = max(1, round(idle_transaction_timeout_s * 1000))
+        given = parsed.query.get("options")
+        own = f"-c idle_in_transaction_session_timeout={ms}"
+        args["options"] = f"{given} {own}" if isinstance(given, str) and given else own
+    return args
+
+
+def create_db_engine(
+    url: str, *, pool_size: int, idle_transaction_timeout_s: float | None = None
+) -> Engine:
+    """An engine for ``url``; nothing connects until the first operation. On PostgreSQL a
+    session left idle inside a transaction for ``idle_transaction_timeout_s`` is ended by the
+    server (its transaction rolled back, its locks freed): a process paused or cut off
+    between two statements of a transaction cannot hold the rows it locked for good."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         engine = create_engine(
@@ -98,7 +115,11 @@ def create_db_engine(url: str, *, pool_size: int) -> Engine:
         parsed,
         pool_size=pool_size,
         max_overflow=pool_size,
-        connect_args=_PG_CONNECT if parsed.get_backend_name() == "postgresql" else {},
+        connect_args=(
+            _pg_connect_args(parsed, idle_transaction_timeout_s)
+            if parsed.get_backend_name() == "postgresql"
+            else {}
+        ),
     )
     _ping_rested_connections(engine)
     return engine
@@ -158,10 +179,13 @@ def _errors_mapped() -> Iterator[None]:
 class Database:
     """Owns the engine; hands out read and write transactions."""
 
-    def __init__(self, url: str, *, pool_size: int) -> None:
+    def __init__(
+        self, url: str, *, pool_size: int, idle_transaction_timeout_s: float | None = None
+    ) -> None:
         self.url = url
         self._dialect: str | None = None
         self._pool_size = pool_size
+        self._idle_transaction_timeout_s = idle_transaction_timeout_s
         self._engine: Engine | None = None
         self._lock = threading.Lock()
         self._closed = False  # once closed, no connection goes back into the pool
@@ -175,7 +199,11 @@ class Database:
         if engine is None:
             with self._lock:
                 if self._engine is None:
-                    self._engine = create_db_engine(self.url, pool_size=self._pool_size)
+                    self._engine = create_db_engine(
+                        self.url,
+                        pool_size=self._pool_size,
+                        idle_transaction_timeout_s=self._idle_transaction_timeout_s,
+                    )
                 engine = self._engine
         return engine
 
