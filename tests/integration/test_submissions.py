@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -28,8 +31,10 @@ from think_jobs import (
     UnknownCursorError,
 )
 from think_jobs.db.tables import turns
-from think_jobs.models import ScriptedModel
+from think_jobs.messages import ToolPart, message_text
+from think_jobs.models import Reply, ScriptedModel, ToolCall
 from think_jobs.testing import worker
+from think_jobs.tools import tool
 
 
 def turn_rows(jobs: ThinkJobs) -> int:
@@ -282,6 +287,103 @@ def test_cancel_mid_stream_stops_within_a_chunk_and_keeps_the_partial(jobs: Thin
     reply = [text for role, text in texts(agent) if role == "assistant"]
     assert reply == ["".join(deltas)] and "w199" not in reply[0]
     assert agent.inspect_submission(result.submission_id).status == "aborted"  # type: ignore[union-attr]
+
+
+TOOL_ENTERED = threading.Event()
+TOOL_RELEASE = threading.Event()
+
+
+class LooksSomethingUp(Think):
+    """Says it is looking, then calls a tool that waits until the test lets it go."""
+
+    def get_model(self) -> ScriptedModel:
+        return ScriptedModel(
+            Reply(text="looking", tool_calls=[ToolCall("lookup")], then=Reply(text="found it"))
+        )
+
+    def get_tools(self) -> dict[str, Any]:
+        @tool
+        def lookup() -> str:
+            """Waits until the test lets it go."""
+            TOOL_ENTERED.set()
+            assert TOOL_RELEASE.wait(60), "the test never let the tool go"
+            return "the answer"
+
+        return {"lookup": lookup}
+
+
+@pytest.fixture
+def tool_gate() -> Iterator[None]:
+    TOOL_ENTERED.clear()
+    TOOL_RELEASE.clear()
+    try:
+        yield
+    finally:
+        TOOL_RELEASE.set()
+
+
+@pytest.mark.usefixtures("tool_gate")
+def test_a_turn_cancelled_in_a_tool_while_a_client_watches_still_stores_and_releases(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    """A client following a turn cancelled inside a tool sees its stream end (after two idle
+    polls the reader ends it from the database: the turn is aborted there). The attempt, once
+    the tool returns, still stores its partial reply and gives the lease back at once — the
+    stream ended from the database is not a newer attempt's — so the next turn runs without
+    waiting for the lease (30 s) to lapse."""
+    jobs = make_jobs(lease_ttl_s=30.0)
+    agent = jobs.get_agent(LooksSomethingUp, "a")
+    cancelled = agent.submit_messages([user("look it up")])
+    after = agent.submit_messages([user("again")])
+    with worker(jobs):
+        assert TOOL_ENTERED.wait(30)
+        agent.cancel_submission(cancelled.submission_id, "stop")
+        seen = list(agent.stream(cancelled.submission_id, timeout_s=20))
+        TOOL_RELEASE.set()
+        wait_for_status(agent, after.submission_id, "completed", timeout_s=15)
+    assert (seen[-1].done, seen[-1].status, seen[-1].error) == (True, "aborted", "stop")
+    deltas = [e.chunk["delta"] for e in seen if e.chunk and e.chunk["type"] == "text-delta"]
+    assert "".join(deltas) == "looking"
+    found = agent.inspect_submission(cancelled.submission_id)
+    assert found is not None and (found.status, found.attempt) == ("aborted", 1)
+    [_, partial, _, _] = agent.get_messages()
+    [call] = [part for part in partial.parts if isinstance(part, ToolPart)]
+    assert (message_text(partial), call.tool_name) == ("looking", "lookup")
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_cancel_that_reads_a_turn_pending_as_a_worker_claims_it_aborts_it_as_running(
+    jobs: ThinkJobs,
+) -> None:
+    """The cancel reads the turn (pending), then a claim commits (running), then the cancel
+    writes: the turn is aborted as the running turn it now is — its executor is told through
+    the revocation flag, and its stream is left for it to end — not as a pending turn whose
+    stream the cancel ends itself. The test holds the turn's row so the cancel's write waits
+    between the two, and moves the turn to running as a claim does."""
+    agent = jobs.get_agent(Support, "a")
+    result = agent.submit_messages([user("hi")])
+    cancelling = threading.Thread(target=agent.cancel_submission, args=(result.submission_id,))
+    with jobs.db.engine.connect() as conn, conn.begin():
+        turn_id = conn.execute(
+            select(turns.c.id).where(turns.c.request_id == result.submission_id).with_for_update()
+        ).scalar_one()
+        cancelling.start()
+        wait_until(lambda: _waiting_on_a_lock(jobs), 30, interval_s=0.01)
+        conn.execute(turns.update().where(turns.c.id == turn_id).values(status="running"))
+    cancelling.join(30)
+    found = agent.inspect_submission(result.submission_id)
+    assert found is not None and found.status == "aborted"
+    assert jobs.redis.exists(jobs.keys.revoked(agent.address, turn_id))
+    assert not jobs.redis.exists(buffer_key(agent, result.submission_id))
+
+
+def _waiting_on_a_lock(jobs: ThinkJobs) -> bool:
+    query = (
+        "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+    )
+    with jobs.db.read() as conn:
+        return conn.exec_driver_sql(query).first() is not None
 
 
 # -- final statuses ----------------------------------------------------------------------------

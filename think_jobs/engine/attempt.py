@@ -325,6 +325,8 @@ class Attempt:
         if self.writer.lost:
             self.watch.stop(StopKind.LEASE_LOST, "a newer attempt owns the turn's stream")
             return
+        if self.writer.sealed:  # a reader ended it from the database: the turn ended there
+            self.watch.stop(StopKind.CANCELLED, None)
         self.chunks_published.inc()
         if not self.first_chunk_seen and is_content_chunk(chunk):
             self.first_chunk_seen = True

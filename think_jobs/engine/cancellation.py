@@ -16,7 +16,7 @@ from think_jobs import validation
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.engine import Connection
 from think_jobs.domain.policy import SKIPPED_BY_RESET
-from think_jobs.domain.records import TurnRecord
+from think_jobs.domain.records import Ended, TurnRecord
 from think_jobs.domain.status import Status
 from think_jobs.engine import approvals, events, followups, handoff
 from think_jobs.engine.ports import AgentHooks, Services
@@ -46,15 +46,38 @@ def cancel_turn(
         turn = turn_ops.get_turn(conn, agent_id, request_id)
         if turn is None or (submissions_only and not turn.is_submission):
             return
-        ended = None
-        if turn.active:
-            ended = turn_ops.end_turn(conn, turn.id, status=Status.ABORTED, error=reason)
+        turn, ended = _end_as_seen(conn, agent_id, turn, reason)
         continuations = approvals.cancel_for_turns(conn, [turn])  # its approvals go with it
     if ended is not None:
         followups.send_after_end(services, turn.id, ended)
         _after_abort(services, agent, turn, reason)
     for continuation in continuations:
         _after_abort(services, agent, continuation, approvals.CANCELLED_REASON)
+
+
+def _end_as_seen(
+    conn: Connection, agent_id: int, turn: TurnRecord, reason: str | None
+) -> tuple[TurnRecord, Ended | None]:
+    """Abort the turn from the status it was read in, so what follows (a revocation flag
+    for a running turn, the stream's end for a pending one) fits what was ended: a worker
+    that claimed it between the read and the write (it went from pending to running), or a
+    stall that put it back, makes it read again."""
+    for _ in range(_READS):
+        if not turn.active:
+            return turn, None
+        ended = turn_ops.end_turn(
+            conn, turn.id, status=Status.ABORTED, error=reason, from_statuses=(turn.status,)
+        )
+        if ended is not None:
+            return turn, ended
+        found = turn_ops.get_turn(conn, agent_id, turn.request_id)
+        if found is None:
+            return turn, None
+        turn = found
+    return turn, None
+
+
+_READS = 5  # each retry follows a status change that committed meanwhile: few can
 
 
 def abort_running(services: Services, agent: AgentHooks, reason: str | None) -> None:

@@ -10,7 +10,10 @@ the buffer and refuses an append from an older epoch, and anything at all once t
 *sealed* by its ``done`` event. A new attempt takes the stream over before it reads the
 buffer to recover the partial reply, so a paused or partitioned attempt that wakes up later
 can never add to the stream (its writer learns it is ``lost``, and the attempt stops). Seqs
-are therefore contiguous and unique, and there is one ``done``, the last event.
+are therefore contiguous and unique, and there is one ``done``, the last event. A stream a
+reader ended from the database (its turn ended there: a cancel whose executor is silent) tells
+its owner it is ``sealed``, not ``lost``: the attempt sends no more but still makes its final
+write and gives the lease back.
 
 **No silent gaps.** Events that could not be sent stay queued and go out with the next send;
 an append states where it expects to land (``expected``) so a retried send is never stored
@@ -116,20 +119,23 @@ def decode_event(raw: bytes | str) -> StreamEvent:
 # expected length, seal ("1": the last event is ``done``), strict ("1": the length must be
 # exactly ``expected``), events... Returns {outcome, revoked, length}. An append of events the
 # buffer already holds (a retried send whose reply was lost) skips them. Only the database's
-# own rebuild may write into a sealed stream, and only when its buffer is gone.
+# own rebuild may write into a sealed stream, and only when its buffer is gone. The database's
+# writes never take the stream's ownership: a sealed stream still tells an older attempt that
+# it is STALE and its owner that it is SEALED (its turn ended in the database, by a cancel).
 _APPEND_LUA = """
 local state = redis.call('HMGET', KEYS[2], 'epoch', 'sealed')
 local revoked = redis.call('EXISTS', KEYS[3])
 local length = redis.call('LLEN', KEYS[1])
 local epoch = tonumber(ARGV[3])
 local rebuild = epoch == STORE_EPOCH and length == 0
-if state[2] and not rebuild then return {2, revoked, 0} end
 local owner = tonumber(state[1])
-if owner and epoch < owner then return {1, revoked, 0} end
+local stale = owner and epoch < owner
+if state[2] and not rebuild then return {stale and 1 or 2, revoked, 0} end
+if stale then return {1, revoked, 0} end
 local expected = tonumber(ARGV[4])
 if length < expected then return {3, revoked, length} end
 if ARGV[6] == '1' and length ~= expected then return {4, revoked, length} end
-if owner ~= epoch then redis.call('HSET', KEYS[2], 'epoch', ARGV[3]) end
+if owner ~= epoch and epoch ~= STORE_EPOCH then redis.call('HSET', KEYS[2], 'epoch', ARGV[3]) end
 for i = 7 + length - expected, #ARGV do
   redis.call('RPUSH', KEYS[1], ARGV[i])
   redis.call('PUBLISH', ARGV[1], ARGV[i])
@@ -263,7 +269,8 @@ class StreamWriter:
         self._sending = False  # a send is in flight (read by the flusher without the lock)
         self._expiry_set = False
         self._failed_at: float | None = None
-        self.lost = False  # a newer attempt owns the stream, or it is sealed
+        self.lost = False  # a newer attempt owns the stream
+        self.sealed = False  # the stream was ended from the database (its turn ended there)
         self.revoked = False
 
     @property
@@ -468,7 +475,7 @@ class StreamWriter:
         due, the back-off after a failed send is over (or ``force``), and the lease allows it
         — when it does not, the writer is lost, unless the caller is the flusher or the sender
         (``flusher``), which leave the chunks to the attempt's own thread."""
-        if self.lost:
+        if self.lost or self.sealed:
             self._drop()
         if not self._due:
             return False
@@ -532,6 +539,14 @@ class StreamWriter:
         return sent
 
     def _settle(self, sent: _Sent, events: list[str]) -> None:
+        if sent.outcome is Outcome.SEALED:
+            log.info(
+                "stream of request %s was ended from the database (its turn was ended "
+                "there): attempt %d sends no more of it", self.ref.request_id, self.epoch,
+            )  # fmt: skip
+            self.sealed = True
+            self._drop()
+            return
         if sent.outcome is not Outcome.APPENDED:
             log.warning(
                 "stream of request %s refused attempt %d's events (%s): it lost the turn",
