@@ -22,6 +22,7 @@ from think_jobs import StreamCallback, Think, ThinkJobs
 from think_jobs.db.tables import agents
 from think_jobs.messages import ToolPart, message_text
 from think_jobs.models import ModelRequest, Reply, ScriptedModel, ToolCall
+from think_jobs.signals import AbortSignal
 from think_jobs.testing import worker
 from think_jobs.tools import tool
 
@@ -138,6 +139,7 @@ def _finished(jobs: ThinkJobs, agent: Any) -> bool:
 HUNG = threading.Event()  # the tool has been entered
 UNHANG = threading.Event()  # the test lets it return
 TOOL_RUNS: list[str] = []
+TURN_SIGNALS: list[AbortSignal] = []  # the turn's own signal, as a model call was given it
 
 
 def held(name: str, result: str) -> str:
@@ -154,10 +156,18 @@ def gates() -> Iterator[None]:
     HUNG.clear()
     UNHANG.clear()
     TOOL_RUNS.clear()
+    TURN_SIGNALS.clear()
     try:
         yield
     finally:
         UNHANG.set()
+
+
+def _hang_or_answer(request: ModelRequest) -> Reply:
+    """Asked ``hang``: call the hung tool, then say ``done``; otherwise answer ``ok``."""
+    if message_text(request.messages[-1]) == "hang":
+        return Reply(tool_calls=[ToolCall("hang")], then=Reply(text="done"))
+    return Reply(text="ok")
 
 
 class Hanger(Think):
@@ -165,13 +175,7 @@ class Hanger(Think):
     when asked ``hang``; answers ``ok`` otherwise."""
 
     def get_model(self) -> ScriptedModel:
-        def script(request: ModelRequest) -> Reply:
-            asked = message_text(request.messages[-1])
-            if asked == "hang":
-                return Reply(tool_calls=[ToolCall("hang")], then=Reply(text="done"))
-            return Reply(text="ok")
-
-        return ScriptedModel(script)
+        return ScriptedModel(_hang_or_answer)
 
     def get_tools(self) -> dict[str, Any]:
         @tool
@@ -201,6 +205,47 @@ def test_a_cancelled_turn_stuck_in_a_tool_stops_holding_its_agent(
         wait_until(lambda: not _running_turns(jobs))
     cancelled = agent.inspect_submission(stuck.submission_id)
     assert cancelled is not None and (cancelled.status, cancelled.error) == ("aborted", "it hangs")
+    assert [text for role, text in texts(agent) if role == "assistant"][-1] == "ok"
+    assert "finally" not in json.dumps([m.to_wire() for m in agent.get_messages()])
+
+
+class StallingHanger(Hanger):
+    """``Hanger`` with a stall timeout its hung tool outlasts: the stall stops the attempt
+    first, inside the tool. Each model call's signal is kept in ``TURN_SIGNALS``."""
+
+    stall_timeout_s = 0.3
+
+    def get_model(self) -> ScriptedModel:
+        def script(request: ModelRequest) -> Reply:
+            TURN_SIGNALS.append(request.signal)
+            return _hang_or_answer(request)
+
+        return ScriptedModel(script)
+
+
+@pytest.mark.usefixtures("gates")
+def test_a_cancel_frees_the_agent_from_a_stalled_attempt_hung_in_a_tool(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    """Stalled inside its tool, the attempt keeps its lease for the continuation that would
+    run the tool again; the cancel that follows leaves the turn no continuation, so a lease
+    TTL later its lease lapses and the agent's next turn runs. The tool ran once; the stuck
+    attempt, when its tool returns, writes nothing."""
+    jobs = make_jobs(lease_ttl_s=1.0)
+    agent = jobs.get_agent(StallingHanger, "sh")
+    stuck = agent.submit_messages([user("hang")])
+    after = agent.submit_messages([user("hello")])
+    with worker(jobs, concurrency=2):
+        assert HUNG.wait(30)
+        stalled = TURN_SIGNALS[0]
+        assert stalled.wait(30) and stalled.reason == "no chunk for 0.3 s"
+        agent.cancel_submission(stuck.submission_id, "it hangs")
+        wait_for_status(agent, after.submission_id, "completed", timeout_s=30)
+        UNHANG.set()
+        wait_until(lambda: not _running_turns(jobs))
+    cancelled = agent.inspect_submission(stuck.submission_id)
+    assert cancelled is not None and (cancelled.status, cancelled.error) == ("aborted", "it hangs")
+    assert TOOL_RUNS == ["hang"]
     assert [text for role, text in texts(agent) if role == "assistant"][-1] == "ok"
     assert "finally" not in json.dumps([m.to_wire() for m in agent.get_messages()])
 

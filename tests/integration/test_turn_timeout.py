@@ -19,6 +19,7 @@ from tests.support.processes import worker_processes
 from think_jobs import Think, ThinkJobs, TurnContext
 from think_jobs.messages import ToolPart, message_text
 from think_jobs.models import ModelRequest, Reply, ScriptedModel, ToolCall
+from think_jobs.signals import AbortSignal
 from think_jobs.testing import worker
 from think_jobs.tools import tool
 
@@ -162,6 +163,7 @@ def test_a_worker_whose_clock_is_off_keeps_the_time_limit(
 ENTERED = threading.Event()  # the hanging tool has been entered
 RELEASE = threading.Event()  # the test lets it return
 TOOL_RUNS: list[str] = []
+TURN_SIGNALS: list[AbortSignal] = []  # the turn's own signal, as a model call was given it
 
 
 @pytest.fixture
@@ -169,10 +171,18 @@ def gates() -> Iterator[None]:
     ENTERED.clear()
     RELEASE.clear()
     TOOL_RUNS.clear()
+    TURN_SIGNALS.clear()
     try:
         yield
     finally:
         RELEASE.set()
+
+
+def _hang_or_answer(request: ModelRequest) -> Reply:
+    """Asked ``hang``: call the hanging tool, then say ``done``; otherwise answer ``ok``."""
+    if message_text(request.messages[-1]) == "hang":
+        return Reply(tool_calls=[ToolCall("hang")], then=Reply(text="done"))
+    return Reply(text="ok")
 
 
 class HangingTool(Think):
@@ -182,12 +192,7 @@ class HangingTool(Think):
     turn_timeout_s = 0.5
 
     def get_model(self) -> ScriptedModel:
-        def script(request: ModelRequest) -> Reply:
-            if message_text(request.messages[-1]) == "hang":
-                return Reply(tool_calls=[ToolCall("hang")], then=Reply(text="done"))
-            return Reply(text="ok")
-
-        return ScriptedModel(script)
+        return ScriptedModel(_hang_or_answer)
 
     def get_tools(self) -> dict[str, Any]:
         @tool
@@ -237,3 +242,44 @@ def test_a_turn_stuck_in_a_tool_past_its_limit_is_ended_by_the_next_attempt(
     ]
     assert "finally" not in json.dumps([m.to_wire() for m in agent.get_messages()])
     assert message_text(answer) == "ok"
+
+
+class StallingHangingTool(HangingTool):
+    """``HangingTool`` with a stall timeout shorter than its one-second limit: the stall stops
+    the attempt first, inside the tool. Each model call's signal is kept in ``TURN_SIGNALS``."""
+
+    stall_timeout_s = 0.3
+    turn_timeout_s = 1.0
+
+    def get_model(self) -> ScriptedModel:
+        def script(request: ModelRequest) -> Reply:
+            TURN_SIGNALS.append(request.signal)
+            return _hang_or_answer(request)
+
+        return ScriptedModel(script)
+
+
+@pytest.mark.usefixtures("gates")
+def test_the_time_limit_ends_a_stalled_turn_that_waits_in_a_tool(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    """Stalled inside its tool, the attempt keeps its lease for the continuation that would
+    run the tool again; the time limit still ends the turn: a lease TTL after the limit the
+    lease lapses, the attempt that takes the turn over ends it in error without running the
+    tool again, and the agent's next turn runs."""
+    jobs = make_jobs(lease_ttl_s=1.0)
+    agent = jobs.get_agent(StallingHangingTool, "sh")
+    stuck = agent.submit_messages([user("hang")])
+    after = agent.submit_messages([user("hello")])
+    with worker(jobs, concurrency=2):
+        assert ENTERED.wait(30)
+        stalled = TURN_SIGNALS[0]
+        assert stalled.wait(30) and stalled.reason == "no chunk for 0.3 s"
+        ended = wait_for_status(agent, stuck.submission_id, "error", timeout_s=30)
+        wait_for_status(agent, after.submission_id, "completed", timeout_s=30)
+        RELEASE.set()
+        wait_until(lambda: not [t for w in jobs.live_workers() for t in w.running])
+    assert (ended.error, ended.attempt) == (_limit_error("1"), 2)
+    assert TOOL_RUNS == ["hang"]
+    assert "finally" not in json.dumps([m.to_wire() for m in agent.get_messages()])
+    assert message_text(agent.get_messages()[-1]) == "ok"

@@ -52,6 +52,10 @@ _MIN_WAIT_S = 0.001  # a deadline just passed is looked at again after this, not
 _CONFIRM_WAIT_S = 0.25  # how long confirm() waits for a renewal once the lease may have lapsed
 _RETRY_AFTER_FAILURE_S = 0.05  # a watch whose tick raised (a bug) is looked at again after this
 
+# Stops after which no attempt will use a tool's output: the turn is over (cancelled, timed
+# out) or another attempt owns it (lease lost). A stall alone leaves it to a continuation.
+_ENDS_THE_TURN = frozenset({StopKind.CANCELLED, StopKind.TIMED_OUT, StopKind.LEASE_LOST})
+
 
 @dataclass(frozen=True)
 class StopReason:
@@ -106,7 +110,8 @@ class TurnWatch:
         self._renewal: threading.Thread | None = None  # the renewal in flight, if any
         self._renewal_lock = threading.Lock()
         self._lost = False
-        self._stopped_at: float | None = None  # when it was told to stop (monotonic)
+        self._stopped_at: float | None = None  # when its time to wind up began (monotonic)
+        self._stalled = False  # stalled, and since then told nothing in ``_ENDS_THE_TURN``
         self._in_tool = False  # the attempt is running one of the agent's tools
         self._setting_up = False  # before its model: no chunk is due yet (``setting_up``)
         self._unlisten = (
@@ -182,12 +187,19 @@ class TurnWatch:
             self.stop(StopKind.CANCELLED, None)
 
     def stop(self, kind: StopKind | str, text: str | None) -> None:
-        """Tell the attempt to stop (the first reason given is kept)."""
+        """Tell the attempt to stop. The first reason given is kept (``reason``); a later one
+        that ends the turn for good ends a stalled attempt's wait for its tool (``_stuck``)."""
         if self._closed.is_set():
             return
+        kind = StopKind(kind)
         if self.reason is None:
-            self.reason = StopReason(StopKind(kind), text)
+            self.reason = StopReason(kind, text)
             self._stopped_at = time.monotonic()
+            self._stalled = kind is StopKind.STALLED
+        elif self._stalled and kind in _ENDS_THE_TURN:
+            self._stalled = False
+            if self._in_tool:  # it waited for the tool: its time to wind up begins now
+                self._stopped_at = time.monotonic()
         self._controller.abort(text)
 
     def _on_local_abort(self, reason: object) -> None:
@@ -237,8 +249,10 @@ class TurnWatch:
         continuation, after a stall) runs; should the attempt ever go on, its writes are
         fenced off. Until then a stopped attempt keeps its lease to wind up (its partial
         reply, its final write and its stream's end). A stalled attempt inside a tool keeps
-        it until the tool returns, however long: its continuation would run the tool again
-        (a cancelled turn has none)."""
+        it until the tool returns, however long: its continuation would run the tool again.
+        That wait ends when a stop in ``_ENDS_THE_TURN`` follows the stall (a cancel, the
+        turn's time limit, which still applies, or the lease lost): the turn then has no
+        continuation to wait for, and the attempt is stuck a lease TTL after that stop."""
         stopped_at = self._stopped_at
         if stopped_at is None or not self._may_be_stuck():
             return False
@@ -259,9 +273,7 @@ class TurnWatch:
     def _may_be_stuck(self) -> bool:
         """A stopped attempt may be found stuck unless it is lost already or is a stalled one
         inside a tool (it waits for the tool, see ``_stuck``)."""
-        reason = self.reason
-        waits_for_tool = self._in_tool and reason is not None and reason.interrupts
-        return not self._lost and not waits_for_tool
+        return not self._lost and not (self._stalled and self._in_tool)
 
     def _next_due(self) -> float:
         """When to look next: the first of the next heartbeat, the lease's local bound and
@@ -277,10 +289,10 @@ class TurnWatch:
             due.append(self._lease.valid_until - self._lease.safety_s)
             if self.stall_timeout_s is not None:
                 due.append(self._last_chunk + self.stall_timeout_s)
-            if self.turn_timeout_s is not None:
-                due.append(self._began + self.turn_timeout_s)
         elif self._stopped_at is not None and self._may_be_stuck():
             due.append(self._stopped_at + self._lease.ttl_s)
+        if self.turn_timeout_s is not None and (self._stalled or not self.stopped):
+            due.append(self._began + self.turn_timeout_s)
         if self._local is not None and not isinstance(self._local, AbortSignal):
             due.append(now + self._timings.poll_s)
         return max(now + _MIN_WAIT_S, min(due))
@@ -340,9 +352,12 @@ class TurnWatch:
 
     def _check_time_limit(self) -> None:
         """Stop a turn that has run ``turn_timeout_s`` since it first started: it ends in
-        error (``StopKind.TIMED_OUT``), a continuation after a crash included."""
+        error (``StopKind.TIMED_OUT``), a continuation after a crash included. A stalled
+        attempt is still held to it: one waiting in a tool must not wait past it."""
         limit = self.turn_timeout_s
-        if limit is None or self.stopped or time.monotonic() < self._began + limit:
+        if limit is None or (self.stopped and not self._stalled):
+            return
+        if time.monotonic() < self._began + limit:
             return
         self.stop(StopKind.TIMED_OUT, f"the turn ran past its time limit of {limit:g} s "
                   "(turn_timeout_s)")  # fmt: skip
