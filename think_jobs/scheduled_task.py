@@ -18,10 +18,13 @@ from typing import Any, Final
 
 from think_jobs.errors import ScheduleError
 from think_jobs.scheduling import Schedule, parse_schedule
+from think_jobs.validation import AGENT_NAME_MAX_CHARS, MAX_IDEMPOTENCY_KEY_LENGTH
 
 _TASK_ID: Final = re.compile(r"[A-Za-z0-9_-]+")
 _UNIX_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS: Final = timedelta(milliseconds=1)
+_LAST_DATE: Final = datetime(9999, 12, 31, tzinfo=UTC)  # the longest epoch ms a key holds
+_TASK_ID_MAX_CHARS: Final = 255  # the schedules table's column
 
 
 @dataclass(frozen=True)
@@ -87,14 +90,32 @@ def validate_scheduled_tasks(
 def occurrence_key(agent_type: str, agent_name: str, task_id: str, scheduled_for: datetime) -> str:
     """``think-schedule:<agent_type>:<agent_name>:<task_id>:<epoch ms>``, one per occurrence.
 
-    It is both the occurrence key and the idempotency key of the run it starts.
+    It is both the occurrence key and the idempotency key of the run it starts, so it keeps
+    the idempotency-key rule (no spaces): a space inside the agent's type or name is written
+    ``+``. Keys are unique per agent, whose type and name every key of it shares, so this
+    cannot make two of its occurrences collide.
     """
     if scheduled_for.tzinfo is None or scheduled_for.utcoffset() is None:
         raise ScheduleError(
             f"scheduled_for must be timezone-aware, got naive {scheduled_for.isoformat()}"
         )
     epoch_ms = (scheduled_for - _UNIX_EPOCH) // _ONE_MS
-    return f"think-schedule:{agent_type}:{agent_name}:{task_id}:{epoch_ms}"
+    owner = f"{agent_type}:{agent_name}".replace(" ", "+")
+    return f"think-schedule:{owner}:{task_id}:{epoch_ms}"
+
+
+def _check_key_room(task_id: str, owner: str) -> None:
+    """A task id short enough that every occurrence key of its agent type fits an idempotency
+    key, whatever the agent's name (up to ``AGENT_NAME_MAX_CHARS``) and the date."""
+    longest = occurrence_key(owner, "n" * AGENT_NAME_MAX_CHARS, task_id, _LAST_DATE)
+    room = MAX_IDEMPOTENCY_KEY_LENGTH - (len(longest) - len(task_id))
+    if len(task_id) > min(room, _TASK_ID_MAX_CHARS):
+        raise ScheduleError(
+            f'Scheduled task id "{task_id[:40]}…" in {owner} is too long: use at most '
+            f"{min(room, _TASK_ID_MAX_CHARS)} characters (its occurrence keys must fit an "
+            f"idempotency key of {MAX_IDEMPOTENCY_KEY_LENGTH} with agent names of up to "
+            f"{AGENT_NAME_MAX_CHARS})"
+        )
 
 
 def _check_action(prompt: object, handler: object) -> None:
@@ -133,6 +154,7 @@ def _validated_schedule(
         raise ScheduleError(
             f'Invalid scheduled task id "{task_id}" in {owner}; use letters, digits, "_" and "-"'
         )
+    _check_key_room(task_id, owner)
     if not isinstance(task, ScheduledTask):
         raise ScheduleError(f"{owner}.{task_id} must be a ScheduledTask, got {type(task).__name__}")
     try:

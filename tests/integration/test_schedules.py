@@ -307,6 +307,21 @@ def test_a_prompt_fire_becomes_a_scheduled_submission_and_runs_on_a_worker(
         assert conn.execute(select(turns.c.trigger)).scalars().all() == ["schedule"]
 
 
+def test_an_agent_whose_name_has_a_space_gets_its_scheduled_turns(sjobs: ThinkJobs) -> None:
+    """Agent names may hold inner spaces, idempotency keys may not: the occurrence key writes
+    the space as ``+``, and the fire becomes a submission that runs."""
+    agent = sjobs.get_agent(Reporter, "customer 42")
+    agent.start()
+    due = make_due(agent, "digest")
+    with worker(sjobs):
+        assert fire_due(sjobs) == 1
+        found = wait_until(lambda: agent.list_submissions(), message="no submission yet")
+        wait_for_status(agent, found[0].submission_id, "completed")
+    key = occurrence_key("Reporter", "customer 42", "digest", due)
+    assert key.startswith("think-schedule:Reporter:customer+42:digest:")
+    assert [s.idempotency_key for s in found] == [key]
+
+
 def test_the_beat_scheduler_reconciles_claims_and_sends_in_one_tick(sjobs: ThinkJobs) -> None:
     agent = sjobs.get_agent(Reporter, "acme")
     agent.start()

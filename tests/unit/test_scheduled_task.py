@@ -180,6 +180,19 @@ def test_invalid_task_ids(task_id: str) -> None:
     )
 
 
+def test_a_task_id_whose_occurrence_keys_could_not_fit_an_idempotency_key_is_refused() -> None:
+    """The longest key: prefix, the type, a name of 200 characters, the task id and the
+    epoch ms of year 9999 (15 digits), each separated by a colon, within 512 characters (and
+    at most 255, the schedules table's column, which a short type leaves room for)."""
+    owner = "CustomerSupportAgentForTheEmeaRegionTeam"
+    room = 512 - len("think-schedule:") - len(owner) - 200 - 15 - 3
+    fits = {"t" * room: ScheduledTask("every 1 hour", prompt="p")}
+    assert list(validate_scheduled_tasks(fits, default_timezone=None, owner=owner)) == list(fits)
+    too_long = {"t" * (room + 1): ScheduledTask("every 1 hour", prompt="p")}
+    with pytest.raises(ScheduleError, match=rf"in {owner} is too long: use at most {room} "):
+        validate_scheduled_tasks(too_long, default_timezone=None, owner=owner)
+
+
 def test_non_string_task_id() -> None:
     tasks: dict[Any, Any] = {7: ScheduledTask("every 1 hour", prompt="p")}
     with pytest.raises(ScheduleError, match=r'^Invalid scheduled task id "7" in Bot;'):
