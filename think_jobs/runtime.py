@@ -35,6 +35,7 @@ from think_jobs.errors import (
     ThinkJobsError,
 )
 from think_jobs.keys import Keys
+from think_jobs.limits import Limits
 from think_jobs.observe import logs, metrics
 from think_jobs.reports import AgentCounts, DashboardData, Health, StuckRule
 from think_jobs.results import WorkerRecord
@@ -111,11 +112,11 @@ class ThinkJobs:
             )
         _check_turn_settings(cls)
         probe = cls(self, "__registration__")
+        tasks = probe.get_scheduled_tasks()
         validate_scheduled_tasks(
-            probe.get_scheduled_tasks(),
-            default_timezone=probe.get_default_timezone(),
-            owner=cls.agent_type,
+            tasks, default_timezone=probe.get_default_timezone(), owner=cls.agent_type
         )
+        schedules.check_fire_metadata(tasks, owner=cls.agent_type, limits=Limits.of(self.settings))
         self._classes[cls.agent_type] = cls
         return cls
 

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from think_jobs import Think, ThinkJobs
-from think_jobs.errors import ConfigurationError
+from think_jobs.errors import ConfigurationError, ScheduleError
+from think_jobs.scheduled_task import ScheduledTask
 from think_jobs.settings import Settings
 from think_jobs.validation import seconds_or_none
 
@@ -50,3 +51,28 @@ def test_a_class_with_working_turn_settings_is_registered() -> None:
 def test_a_time_is_returned_as_seconds() -> None:
     assert seconds_or_none(None, "x") is None
     assert seconds_or_none(2, "x") == 2.0
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        ({"ratio": float("nan")}, "Probe.digest: "),
+        ({"blob": "x" * 20_000}, "Probe.digest: its metadata is "),
+    ],
+)
+def test_a_prompt_task_whose_fires_metadata_could_not_be_admitted_is_refused(
+    metadata: dict[str, Any], message: str
+) -> None:
+    """What every fire of the task would submit (the task's metadata and the reserved keys)
+    is checked against the submission limits at registration, not at each fire."""
+
+    class Probe(Think):
+        agent_type = "Probe"
+
+        def get_scheduled_tasks(self) -> dict[str, ScheduledTask]:
+            return {"digest": ScheduledTask("every 1 hour", prompt="p", metadata=metadata)}
+
+    jobs = ThinkJobs(Settings())
+    with pytest.raises(ScheduleError, match="^" + re.escape(message)):
+        jobs.register(Probe)
+    assert jobs.agent_types == []

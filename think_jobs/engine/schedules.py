@@ -20,17 +20,20 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final
 
+from think_jobs import validation
 from think_jobs.db import schedules as schedule_ops
 from think_jobs.db.dialect import server_now
 from think_jobs.db.schedules import ScheduleSpec
 from think_jobs.engine import fire_holds, submissions
 from think_jobs.engine.ports import AgentHooks, Services
-from think_jobs.errors import AgentNotRegisteredError, ScheduleError
+from think_jobs.errors import AgentNotRegisteredError, InvalidInputError, ScheduleError
+from think_jobs.limits import Limits
 from think_jobs.messages import user_text_message
 from think_jobs.observe import metrics
 from think_jobs.results import SubmitMessagesResult
@@ -312,6 +315,28 @@ def fire_metadata(ctx: ScheduleContext) -> dict[str, Any]:
         "schedule": ctx.schedule,
     }
     return {**ctx.metadata, **reserved}
+
+
+def check_fire_metadata(tasks: Mapping[str, ScheduledTask], *, owner: str, limits: Limits) -> None:
+    """Refuse (``ScheduleError``) a prompt task whose fires' metadata could not be admitted
+    (too large or deep for ``limits``, NaN): checked when the class is registered, so it
+    fails at start-up instead of at every fire."""
+    for task_id, task in tasks.items():
+        if task.handler is not None or not task.metadata:
+            continue
+        sample = ScheduleContext(
+            task_id=task_id,
+            scheduled_for=datetime(9999, 12, 31, tzinfo=UTC),
+            occurrence_key="",
+            idempotency_key="",
+            schedule=task.schedule,
+            timezone=task.timezone,
+            metadata=dict(task.metadata),
+        )
+        try:
+            validation.json_object(fire_metadata(sample), "its metadata", limits=limits)
+        except InvalidInputError as error:
+            raise ScheduleError(f"{owner}.{task_id}: {error}") from None
 
 
 def retry_backoff_s(services: Services, attempt: int) -> float:
