@@ -145,6 +145,29 @@ def test_a_retried_post_adds_nothing_and_earlier_messages_are_not_applied_again(
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])
+def test_a_chat_past_the_request_size_limit_goes_on_when_only_its_newest_message_is_sent(
+    client: FlaskClient, web_jobs: ThinkJobs
+) -> None:
+    """With ``DefaultChatTransport``'s default body, a chat whose history passes
+    ``max_request_bytes`` (1 MiB) is refused (413) at every later message; the server reads
+    only the newest one, so the body ``prepareSendMessagesRequest`` sends (docs/web.md,
+    examples/chat) keeps the chat going."""
+    agent = web_jobs.get_agent(Recorder, "c9")
+    first = directive("u-1", label="one", text="first reply", pad="x" * 600_000)
+    second = directive("u-2", label="two", text="second reply", pad="y" * 600_000)
+    third = directive("u-3", label="three", text="third reply")
+    with worker(web_jobs):
+        read_all(chat(client, body("c9", first)))
+        read_all(chat(client, body("c9", second)))
+        history = [m.to_wire() for m in agent.get_messages()]
+        whole = chat(client, body("c9", *history, third))
+        assert whole.status_code == 413
+        newest = read_all(chat(client, body("c9", third)))
+    assert stream_text(newest) == "third reply" and status_of(newest) == "completed"
+    assert [m.id for m in agent.get_messages()][::2] == ["u-1", "u-2", "u-3"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
 def test_two_quick_posts_are_answered_in_order(client: FlaskClient, web_jobs: ThinkJobs) -> None:
     agent = web_jobs.get_agent(Recorder, "c3")
     one = directive("u-1", label="one", text="answer one", delay_s=0.02)

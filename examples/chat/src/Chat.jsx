@@ -56,7 +56,18 @@ function Message({ message, onAnswer }) {
 export function Chat({ agentType, agentName, token, initialMessages }) {
   const api = `/api/agents/${encodeURIComponent(agentType)}/chat`;
   const headers = { Authorization: `Bearer ${token}` };
-  const [transport] = useState(() => new DefaultChatTransport({ api, headers }));
+  const [transport] = useState(
+    () =>
+      new DefaultChatTransport({
+        api,
+        headers,
+        // The conversation lives on the server: send the newest message only, so a long chat
+        // never meets the request size limit (the server reads nothing else of the history).
+        prepareSendMessagesRequest: ({ id, messages, trigger, messageId, body }) => ({
+          body: { ...body, id, trigger, messageId, messages: messages.slice(-1) },
+        }),
+      }),
+  );
   const [turnStatus, setTurnStatus] = useState("");
   const [draft, setDraft] = useState("");
   const { messages, sendMessage, regenerate, status, error, addToolApprovalResponse } = useChat({
