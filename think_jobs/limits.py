@@ -10,12 +10,16 @@ value (``messages[0].parts[1].data: nested 250 levels deep; the limit is 64``).
 Why depth is limited at all: what is stored must read back. pydantic's JSON reader (the
 conversation is read back in one pass) stops at 200 levels and its serializer near 250, so
 ``max_json_depth`` is capped at 128 (a stored message adds four levels around a part's data).
+Integers are bounded too (``MAX_JSON_INTEGER``): one no JSON reader can hold, or Python
+cannot print, is refused rather than stored. Text no one validated that a turn stores as its
+error goes through ``storable_text`` (no NUL, no lone surrogate, at most ``ERROR_MAX_CHARS``).
 This module is a leaf: it knows JSON values and paths, not messages.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -29,6 +33,14 @@ MAX_JSON_DEPTH_CAP = 128
 ID_MAX_CHARS = 255  # ids and keys (message ids are stored in a VARCHAR(255) column)
 REASON_MAX_CHARS = 2000  # a cancel's or an approval answer's reason (stored, shown to people)
 REASON_PATTERN = r"^[^\x00]*$"  # PostgreSQL text cannot hold NUL
+# A turn's error (an exception's message, a model's error chunk): stored, streamed and listed,
+# so it is cut to this many characters, its last one "…" (``storable_text``).
+ERROR_MAX_CHARS = 4000
+# The largest integer a JSON value may hold, either sign: the largest 64-bit float (1.8e308, 309
+# digits). JavaScript (the AI SDK), Rust's serde_json and most JSON readers read numbers as such
+# floats: a larger one reads back as Infinity or fails, and Python will not print one of more
+# than 4,300 digits at all. Integers past 2**53 are kept exactly here but read back rounded there.
+MAX_JSON_INTEGER = int(sys.float_info.max)
 # Regular expressions without look-arounds, so JSON Schema, Python and Rust read them alike.
 # An id: printable ASCII without "/" (spaces only inside), and neither "." nor "..".
 _VISIBLE, _NO_DOT, _ANY = r"[\x21-\x2e\x30-\x7e]", r"[\x21-\x2d\x30-\x7e]", r"[\x20-\x2e\x30-\x7e]"
@@ -111,11 +123,22 @@ def scalar_problem(node: object) -> str | None:
         return None if is_unicode(node) else "text is not valid Unicode (a lone surrogate)"
     if isinstance(node, float) and not math.isfinite(node):
         return f"{node} is not a JSON number"
+    if isinstance(node, int) and not -MAX_JSON_INTEGER <= node <= MAX_JSON_INTEGER:
+        return integer_problem(node)
     if isinstance(node, _SCALARS):
         return None
     name = type(node).__name__
     return (
         f"a {name} is not JSON-serialisable (use objects, arrays, strings, numbers, booleans, null)"
+    )
+
+
+def integer_problem(number: int) -> str:
+    """Why ``number`` is too large for JSON (it is not printed: it may have too many digits)."""
+    digits = int(number.bit_length() * math.log10(2)) + 1
+    return (
+        f"an integer of about {digits} digits; JSON integers must be within "
+        f"±{float(MAX_JSON_INTEGER):.3g} (what JavaScript and most JSON readers can hold)"
     )
 
 
@@ -155,6 +178,21 @@ def well_formed(text: str) -> str:
     if is_unicode(text):
         return text
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def storable_text(text: str, max_chars: int = ERROR_MAX_CHARS) -> str:
+    """``text`` as a turn stores, streams and lists it, whoever wrote it (an exception, a
+    model's error chunk): each NUL (PostgreSQL text cannot hold one) and each lone surrogate
+    becomes U+FFFD, and text longer than ``max_chars`` is cut to that many characters, the last
+    one "…" to show where. Only the text up to the cap is looked at (a message of megabytes
+    costs no more than a short one)."""
+    head = text[: max_chars + 1]
+    if len(text) > max_chars and "\ud800" <= head[-1] <= "\udbff":
+        head = head[:-1]  # the first half of a pair whose second half is cut off
+    cleaned = well_formed(head).replace("\x00", "\ufffd")
+    if len(text) <= max_chars:
+        return cleaned
+    return cleaned[: max_chars - 1] + "…"
 
 
 def _is_container(node: object) -> bool:

@@ -12,7 +12,17 @@ from hypothesis import strategies as st
 
 from think_jobs.errors import InvalidInputError, MessageValidationError, StoredMessageError
 from think_jobs.json_text import array_elements, leading_id
-from think_jobs.limits import DEFAULT_LIMITS, Limits, json_depth, well_formed
+from think_jobs.limits import (
+    DEFAULT_LIMITS,
+    ERROR_MAX_CHARS,
+    MAX_JSON_INTEGER,
+    Limits,
+    json_depth,
+    scalar_problem,
+    storable_text,
+    value_problem,
+    well_formed,
+)
 from think_jobs.messages import (
     UIMessage,
     coerce_message,
@@ -291,3 +301,65 @@ def test_accepted_values_read_back_and_refused_ones_are_named(data: Any, depth: 
 def test_well_formed_text_replaces_each_lone_surrogate(text: str, expected: str) -> None:
     assert well_formed(text) == expected
     assert well_formed(text).encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("plain", "plain"),
+        ("bad\x00", "bad\ufffd"),  # PostgreSQL text cannot hold NUL
+        ("\x00\ud800\x00", "\ufffd\ufffd\ufffd"),
+        ("x\ud83d\ude00", "x\U0001f600"),
+        ("", ""),
+    ],
+)
+def test_storable_text_replaces_nul_and_lone_surrogates(text: str, expected: str) -> None:
+    assert storable_text(text) == expected
+
+
+def test_storable_text_cuts_long_text_with_an_ellipsis_where_it_was_cut() -> None:
+    exact = "y" * ERROR_MAX_CHARS
+    assert storable_text(exact) == exact
+    cut = storable_text("y" * (ERROR_MAX_CHARS + 1))
+    assert len(cut) == ERROR_MAX_CHARS and cut == "y" * (ERROR_MAX_CHARS - 1) + "…"
+    assert storable_text("\x00" * 10_000_000, max_chars=3) == "\ufffd\ufffd…"
+    assert storable_text("abc\ud83d\ude00", max_chars=4) == "abc…"  # a pair is not split
+
+
+@pytest.mark.parametrize(
+    "number",
+    [0, -1, 2**53 + 1, 2**64, MAX_JSON_INTEGER, -MAX_JSON_INTEGER],
+    ids=["0", "-1", "2**53+1", "2**64", "max", "-max"],
+)
+def test_integers_a_json_reader_holds_are_accepted(number: int) -> None:
+    assert scalar_problem(number) is None
+    assert json.loads(json.dumps(number)) == number
+
+
+@pytest.mark.parametrize(
+    ("number", "digits"),
+    [
+        (MAX_JSON_INTEGER + 1, 309),
+        (-MAX_JSON_INTEGER - 1, 309),
+        (10**5000, 5001),
+        (-(10**9999), 10000),
+    ],
+    ids=["max+1", "-max-1", "10**5000", "-10**9999"],
+)
+def test_integers_past_the_bound_are_refused_naming_the_bound(number: int, digits: int) -> None:
+    problem = scalar_problem(number)
+    assert problem == (
+        f"an integer of about {digits} digits; JSON integers must be within ±1.8e+308 "
+        "(what JavaScript and most JSON readers can hold)"
+    )
+    found = value_problem({"a": [1, number]}, "metadata", depth_limit=8)
+    assert found == f"metadata.a[1]: {problem}"
+
+
+def test_a_huge_integer_in_a_message_or_metadata_is_the_packages_error() -> None:
+    with pytest.raises(
+        MessageValidationError, match=r"^messages\[0\]\.parts\[1\]\.data\[0\]: an int"
+    ):
+        coerce_messages([data_message([10**5000])])
+    with pytest.raises(MessageValidationError, match=r"^metadata\.n: an integer of about 5001"):
+        json_object({"n": 10**5000}, "metadata", limits=DEFAULT_LIMITS)

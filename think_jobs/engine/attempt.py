@@ -19,7 +19,7 @@ from typing import Any, cast
 
 from think_jobs.assembly import MessageAssembler
 from think_jobs.callbacks import call_optional
-from think_jobs.chunks import Chunk, is_content_chunk
+from think_jobs.chunks import Chunk, ErrorChunk, is_content_chunk
 from think_jobs.context import TurnContext
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import conversation as conversation_ops
@@ -34,7 +34,7 @@ from think_jobs.engine.model_loop import RunOutcome, TurnRunner
 from think_jobs.engine.ports import AgentHooks, Services
 from think_jobs.engine.watch import StopReason, TurnWatch
 from think_jobs.errors import StoredMessageError
-from think_jobs.limits import Limits, well_formed
+from think_jobs.limits import Limits, storable_text
 from think_jobs.messages import UIMessage, coerce_messages, message_text, stored_messages
 from think_jobs.models.base import ModelRequest
 from think_jobs.observe import metrics, tracing
@@ -320,6 +320,8 @@ class Attempt:
         a later chunk (the watch's ``RevocationPoller`` sees a revocation meanwhile)."""
         if chunk.type == "abort" and self.watch.interrupted:
             return  # an interruption is not the end of the turn: its continuation follows
+        if isinstance(chunk, ErrorChunk):  # streamed as the turn's error is stored
+            chunk = chunk.model_copy(update={"error_text": storable_text(chunk.error_text)})
         chunk_json = chunk.model_dump_json(exclude_none=True)
         self.writer.chunk(chunk_json, defer=chunk.type in FRAMING)
         if self.writer.lost:
@@ -355,12 +357,13 @@ class Attempt:
 
     def final_status(self, outcome: RunOutcome) -> tuple[str, str | None]:
         """The status and error this attempt writes for ``outcome``. The error may quote an
-        exception (a hook's, a callback's): it is made well-formed text, or it could be
-        neither stored nor streamed."""
+        exception (a hook's, a callback's, the model's) or a model's error chunk: it is made
+        text the database stores and reads back (``storable_text``: no NUL, no lone surrogate,
+        cut to ``ERROR_MAX_CHARS``), or the final write would fail and the turn be retried."""
         error = outcome.error
         if outcome.status == "aborted" and self.watch.reason is not None:
             error = self.watch.reason.text
-        return outcome.status, None if error is None else well_formed(error)
+        return outcome.status, None if error is None else storable_text(error)
 
     def deliver(self, outcome: RunOutcome, written: Written) -> TurnResult:
         """End the stream, then call the hooks in Think's order for what was written."""
