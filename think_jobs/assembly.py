@@ -47,6 +47,7 @@ from think_jobs.chunks import (
     parse_chunk,
 )
 from think_jobs.errors import MessageValidationError
+from think_jobs.limits import DEFAULT_LIMITS, value_problem
 from think_jobs.messages import (
     DataPart,
     DynamicToolPart,
@@ -95,7 +96,8 @@ class MessageAssembler:
     """Feed chunks in stream order; read ``message`` for a snapshot at any point.
 
     ``parts`` (deep-copied) lets a continuation extend a stored partial message: its tool parts
-    can still receive outputs and its data parts can be replaced by id.
+    can still receive outputs and its data parts can be replaced by id. ``json_depth`` bounds
+    the input parsed from a tool call's streamed text (``max_json_depth``; the runner sets it).
     """
 
     def __init__(
@@ -105,7 +107,9 @@ class MessageAssembler:
         role: Role = "assistant",
         metadata: Mapping[str, Any] | None = None,
         parts: Iterable[Part] | None = None,
+        json_depth: int = DEFAULT_LIMITS.json_depth,
     ) -> None:
+        self.json_depth = json_depth
         self._message_id = message_id
         self._role: Role = role
         self._metadata = copy.deepcopy(dict(metadata)) if metadata is not None else None
@@ -392,15 +396,16 @@ class MessageAssembler:
             block.flush()
 
     def _parse_streaming_inputs(self) -> None:
-        """Best effort: a streaming tool input that is already complete JSON becomes ``input``."""
+        """Best effort: a streaming tool input that is already complete JSON, and a value that
+        could be stored and read back, becomes ``input`` (the call may never get its
+        ``tool-input-available``: the model ended its stream, or the turn ended first)."""
         for tool_call_id, pieces in self._tool_inputs.items():
             part = self._tools[tool_call_id]
             if part.state != "input-streaming" or not pieces:
                 continue
-            try:
-                part.input = json.loads("".join(pieces))
-            except ValueError:
-                continue
+            parsed = parsed_json("".join(pieces), self.json_depth)
+            if parsed is not _UNPARSED:
+                part.input = parsed
 
     def _known_tool(self, tool_call_id: str, chunk_type: str) -> _AnyToolPart:
         part = self._tools.get(tool_call_id)
@@ -440,6 +445,22 @@ class MessageAssembler:
         part.preliminary = state.get("preliminary")
         if provider_executed is not None:
             part.provider_executed = provider_executed
+
+
+_UNPARSED = object()
+
+
+def parsed_json(text: str, depth_limit: int) -> Any:
+    """The JSON value ``text`` holds if it is one that could be stored and read back (within
+    ``depth_limit`` levels, no lone surrogate, no NaN: ``value_problem``), else ``_UNPARSED``.
+    Text nested past the parser's own recursion limit is not JSON here either."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return _UNPARSED
+    if value_problem(value, "input", depth_limit=depth_limit) is not None:
+        return _UNPARSED
+    return value
 
 
 def _new_tool_part(

@@ -19,6 +19,8 @@ from sqlalchemy import update
 from tests.acceptance.test_cli import think_jobs
 from tests.apps.agents import Recorder
 from tests.support.builders import user, wait_for_status
+from tests.support.openai_server import Completion, openai_server, tool_call
+from tests.support.openai_server import text as provider_text
 from tests.web.support import FULL, FULL_TOKEN, SECRET_KEY
 from think_jobs import Think, ThinkJobs
 from think_jobs.context import utcnow
@@ -27,6 +29,7 @@ from think_jobs.db.tables import turns
 from think_jobs.engine.repair import Repair
 from think_jobs.errors import InvalidInputError, MessageValidationError, StoredMessageError
 from think_jobs.messages import ToolPart, coerce_message, message_bytes, message_text
+from think_jobs.models import OpenAIChatModel
 from think_jobs.models.base import ModelRequest
 from think_jobs.replay import assemble
 from think_jobs.testing import worker
@@ -666,3 +669,187 @@ def test_a_tool_output_the_reply_has_no_room_for_becomes_the_tools_error(
     assert tool_part.state == "output-error"
     assert str(tool_part.error_text).startswith("the output was not stored: the reply is ")
     assert message_text(reply) == "done"
+
+
+# -- hostile model output: nothing it streams may store a reply that fails to read back --------
+
+DEEP_ARGUMENTS = '{"a":' + "[" * 210 + "]" * 210 + "}"
+LONE_SURROGATE_ARGUMENTS = '{"q":"\\ud83d"}'  # six ASCII characters: a valid JSON escape
+BOTTOMLESS_ARGUMENTS = "[" * 5000  # json.loads raises RecursionError, not ValueError
+STREAMED_ARGUMENTS = {
+    "deep": DEEP_ARGUMENTS,
+    "surrogate": LONE_SURROGATE_ARGUMENTS,
+    "bottomless": BOTTOMLESS_ARGUMENTS + "]" * 5000,
+    "bottomless-open": BOTTOMLESS_ARGUMENTS,
+}
+
+
+def streamed_call(arguments: str) -> Iterator[dict[str, Any]]:
+    """A tool call whose input streams as text and never gets ``tool-input-available``."""
+    yield {"type": "tool-input-start", "toolCallId": "c1", "toolName": "lookup"}
+    yield {"type": "tool-input-delta", "toolCallId": "c1", "inputTextDelta": arguments}
+
+
+HOSTILE_CHUNKS: dict[str, list[dict[str, Any]]] = {
+    "text-start metadata": [
+        {"type": "text-start", "id": "t", "providerMetadata": {"p": {"q": nested(205)}}},
+        {"type": "text-delta", "id": "t", "delta": "hi"},
+        {"type": "text-end", "id": "t"},
+    ],
+    "text-delta metadata": [
+        {"type": "text-start", "id": "t"},
+        {
+            "type": "text-delta",
+            "id": "t",
+            "delta": "hi",
+            "providerMetadata": {"p": {"q": nested(205)}},
+        },
+        {"type": "text-end", "id": "t"},
+    ],
+    "text-end metadata": [
+        {"type": "text-start", "id": "t"},
+        {"type": "text-end", "id": "t", "providerMetadata": {"p": {"q": "\ud800"}}},
+    ],
+    "start": [{"type": "start", "messageId": "m-user"}, *text_reply("overwrite")],
+    "finish": [*text_reply("done"), {"type": "finish", "messageMetadata": {"x": 1}}],
+    "start-step": [{"type": "start-step"}],
+    "finish-step": [{"type": "finish-step"}],
+    "abort": [{"type": "abort"}],
+    "long toolCallId": [{"type": "tool-input-start", "toolCallId": "c" * 256, "toolName": "t"}],
+    "NUL toolCallId": [
+        {"type": "tool-input-available", "toolCallId": "c\x00", "toolName": "t", "input": {}}
+    ],
+    "long toolName": [
+        {"type": "tool-input-available", "toolCallId": "c1", "toolName": "n" * 251, "input": {}}
+    ],
+    "control toolName": [{"type": "tool-input-start", "toolCallId": "c1", "toolName": "a\nb"}],
+    "long sourceId": [{"type": "source-url", "sourceId": "s" * 300, "url": "https://x.test"}],
+    "long mediaType": [{"type": "file", "url": "https://x.test/f", "mediaType": "x" * 256}],
+    "control mediaType": [
+        {"type": "source-document", "sourceId": "s", "mediaType": "text/\x7f", "title": "t"}
+    ],
+    "long data id": [{"type": "data-x", "id": "d" * 256, "data": 1}],
+    "NUL data id": [{"type": "data-x", "id": "d\x00", "data": 1}],
+    "long data type": [{"type": "data-" + "x" * 251, "data": 1}],
+}
+HOSTILE_ERRORS = {
+    "text-start metadata": "text-start.provider_metadata: nested 207 levels deep; the limit is 64",
+    "text-delta metadata": "text-delta.provider_metadata: nested 207 levels deep; the limit is 64",
+    "text-end metadata": "text-end.provider_metadata.p.q: text is not valid Unicode",
+    "start": "model produced a start chunk: message and step framing come from the runner",
+    "finish": "model produced a finish chunk: message and step framing come from the runner",
+    "start-step": "model produced a start-step chunk: message and step framing come from",
+    "finish-step": "model produced a finish-step chunk: message and step framing come from",
+    "abort": "model produced an abort chunk: message and step framing come from the runner",
+    "long toolCallId": "tool-input-start.toolCallId: 256 characters; the limit is 255",
+    "NUL toolCallId": "tool-input-available.toolCallId: must not contain control characters",
+    "long toolName": "tool-input-available.toolName: 251 characters; the limit is 250",
+    "control toolName": "tool-input-start.toolName: must not contain control characters",
+    "long sourceId": "source-url.sourceId: 300 characters; the limit is 255",
+    "long mediaType": "file.mediaType: 256 characters; the limit is 255",
+    "control mediaType": "source-document.mediaType: must not contain control characters",
+    "long data id": "data-x.id: 256 characters; the limit is 255",
+    "NUL data id": "data-x.id: must not contain control characters",
+    "long data type": "type: 256 characters; the limit is 255",
+}
+
+
+class HostileModel:
+    """What the user message names: a broken tool call, or chunks a model must not send."""
+
+    def stream(self, request: ModelRequest) -> Iterator[dict[str, Any]]:
+        asked = message_text(request.messages[-1])
+        if asked in STREAMED_ARGUMENTS:
+            yield from streamed_call(STREAMED_ARGUMENTS[asked])
+        elif asked in HOSTILE_CHUNKS:
+            yield from HOSTILE_CHUNKS[asked]
+        else:
+            yield from text_reply("fine")
+
+
+class Hostile(Think):
+    def get_model(self) -> HostileModel:
+        return HostileModel()
+
+
+def assert_the_agent_goes_on(agent: Think) -> None:
+    """The agent's next turn runs, and its whole conversation reads back."""
+    assert agent.save_messages([user("next")]).status == "completed"
+    assert message_text(agent.get_messages()[-1]) == "fine"
+
+
+@pytest.mark.parametrize("asked", list(STREAMED_ARGUMENTS))
+def test_a_streamed_tool_input_that_could_not_be_stored_is_left_unparsed(
+    jobs: ThinkJobs, asked: str
+) -> None:
+    """The call never got ``tool-input-available`` (the model ended its stream): its text is
+    parsed as a best effort, and a value too deep (or bottomless, or holding a lone
+    surrogate) is not kept, as invalid JSON is not: the reply reads back."""
+    agent = jobs.get_agent(Hostile, "a")
+    assert agent.save_messages([user(asked)]).status == "completed"
+    [_, reply] = agent.get_messages()
+    [call] = [p for p in reply.parts if isinstance(p, ToolPart)]
+    assert (call.state, call.input) == ("input-streaming", None)
+    assert_the_agent_goes_on(agent)
+
+
+@pytest.mark.parametrize("asked", list(HOSTILE_CHUNKS))
+def test_a_chunk_a_model_must_not_send_ends_its_turn_and_the_agent_goes_on(
+    jobs: ThinkJobs, asked: str
+) -> None:
+    agent = jobs.get_agent(Hostile, "a")
+    failed = agent.save_messages([user(asked, "m-user")])
+    assert failed.status == "error"
+    assert HOSTILE_ERRORS[asked] in str(failed.error)
+    first = agent.get_messages()[0]
+    assert (first.id, first.role, message_text(first)) == ("m-user", "user", asked)
+    assert_the_agent_goes_on(agent)
+
+
+def test_a_model_start_chunk_cannot_overwrite_a_user_message(jobs: ThinkJobs) -> None:
+    """Its ``messageId`` named an earlier user message: the reply's final write replaced it."""
+    agent = jobs.get_agent(Hostile, "a")
+    assert agent.save_messages([user("hello", "m-user")]).status == "completed"
+    assert agent.save_messages([user("start")]).status == "error"
+    [first, *_] = agent.get_messages()
+    assert (first.id, first.role, message_text(first)) == ("m-user", "user", "hello")
+    assert_the_agent_goes_on(agent)
+
+
+PROVIDER: dict[str, str] = {}  # the loopback OpenAI-compatible server a test runs
+
+
+class ViaOpenAI(Think):
+    """An agent on ``OpenAIChatModel``, talking to the test's loopback server."""
+
+    def get_model(self) -> OpenAIChatModel:
+        url = PROVIDER["base_url"]
+        return OpenAIChatModel("gpt-test", base_url=url, api_key="sk-test", max_retries=0)
+
+
+@pytest.mark.parametrize("arguments", [DEEP_ARGUMENTS, LONE_SURROGATE_ARGUMENTS])
+def test_a_provider_tool_call_whose_arguments_could_not_be_stored_ends_the_turn_alone(
+    jobs: ThinkJobs, arguments: str
+) -> None:
+    """The arguments stream as ``tool-input-delta`` text, then their parsed value is refused
+    as ``tool-input-available`` (the turn's error): the text left streaming is not stored as
+    the call's input either, and the agent's next turn runs."""
+    with openai_server() as server:
+        PROVIDER["base_url"] = server.base_url
+        half = len(arguments) // 2
+        call = [
+            tool_call(0, id="call_1", name="lookup", arguments=arguments[:half]),
+            tool_call(0, arguments=arguments[half:]),
+        ]
+        answer = Completion([provider_text("fine")])
+        server.script(Completion(call, finish_reason="tool_calls"), answer)
+        agent = jobs.get_agent(ViaOpenAI, "a")
+        failed = agent.save_messages([user("go")])
+        assert failed.status == "error"
+        assert "model produced a chunk that could not be stored: tool-input-available.input" in (
+            str(failed.error)
+        )
+        [_, reply] = agent.get_messages()
+        [part] = [p for p in reply.parts if isinstance(p, ToolPart)]
+        assert (part.state, part.input) == ("input-streaming", None)
+        assert_the_agent_goes_on(agent)

@@ -9,7 +9,7 @@ import pytest
 from think_jobs.assembly import MessageAssembler, merge_metadata
 from think_jobs.chunks import TextDeltaChunk, parse_chunk
 from think_jobs.errors import MessageValidationError
-from think_jobs.messages import DynamicToolPart, TextPart, ToolPart
+from think_jobs.messages import DynamicToolPart, TextPart, ToolPart, stored_message_problem
 
 
 def _feed(assembler: MessageAssembler, *chunks: dict[str, Any]) -> MessageAssembler:
@@ -129,6 +129,36 @@ def test_streaming_tool_input_is_parsed_once_it_is_complete_json() -> None:
     )
     assert _parts(assembler)[0]["input"] == {"city": "Oslo"}
     assert _parts(assembler)[0]["state"] == "input-streaming"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a":' + "[" * 210 + "]" * 210 + "}",  # past pydantic's reader: fails to read back
+        '{"q":"\\ud83d"}',  # a lone surrogate, as six ASCII characters
+        '{"n": NaN}',
+        "[" * 5000 + "]" * 5000,  # json.loads raises RecursionError
+        "[" * 100_000,
+    ],
+)
+def test_a_streaming_tool_input_that_could_not_be_stored_stays_unparsed(text: str) -> None:
+    assembler = _assemble(
+        {"type": "tool-input-start", "toolCallId": "c1", "toolName": "weather"},
+        {"type": "tool-input-delta", "toolCallId": "c1", "inputTextDelta": text},
+    )
+    [part] = assembler.message.parts
+    assert isinstance(part, ToolPart)
+    assert (part.state, part.input) == ("input-streaming", None)
+    assert stored_message_problem(assembler.message.model_dump_json(by_alias=True)) is None
+
+
+def test_a_streaming_tool_input_is_kept_within_the_assemblers_depth_limit() -> None:
+    chunks = (
+        {"type": "tool-input-start", "toolCallId": "c1", "toolName": "weather"},
+        {"type": "tool-input-delta", "toolCallId": "c1", "inputTextDelta": "[[[1]]]"},
+    )
+    assert _parts(_assemble(*chunks, json_depth=3))[0]["input"] == [[[1]]]
+    assert "input" not in _parts(_assemble(*chunks, json_depth=2))[0]
 
 
 def test_tool_input_available_without_start_creates_the_part() -> None:

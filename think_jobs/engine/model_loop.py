@@ -22,8 +22,10 @@ from typing import Any, cast
 
 from think_jobs.assembly import MessageAssembler
 from think_jobs.chunks import (
+    FRAMING_CHUNK_TYPES,
     AbortChunk,
     Chunk,
+    DataChunk,
     ErrorChunk,
     FinishChunk,
     FinishStepChunk,
@@ -31,6 +33,8 @@ from think_jobs.chunks import (
     StartChunk,
     StartStepChunk,
     TextDeltaChunk,
+    TextEndChunk,
+    TextStartChunk,
     ToolApprovalRequestChunk,
     ToolOutputAvailableChunk,
     ToolOutputDeniedChunk,
@@ -41,7 +45,15 @@ from think_jobs.domain.records import ApprovalAnswer, ApprovalAsked
 from think_jobs.domain.status import FinalStatus
 from think_jobs.engine.reply_bounds import ReplyBounds, ReplyTooLarge
 from think_jobs.engine.surrogates import PairJoiner
-from think_jobs.limits import DEFAULT_LIMITS, Limits, is_unicode, value_problem, well_formed
+from think_jobs.limits import (
+    DEFAULT_LIMITS,
+    ID_MAX_CHARS,
+    Limits,
+    has_control_characters,
+    is_unicode,
+    value_problem,
+    well_formed,
+)
 from think_jobs.messages import (
     DynamicToolPart,
     Part,
@@ -98,6 +110,7 @@ class TurnRunner:
     bounds: ReplyBounds = field(init=False)
 
     def __post_init__(self) -> None:
+        self.assembler.json_depth = self.limits.json_depth  # for tool inputs left streaming
         self.bounds = ReplyBounds(
             self.limits.message_bytes,
             self.limits.parts_per_message,
@@ -306,6 +319,8 @@ _OURS = frozenset({"tool-approval-request", "tool-output-denied"})  # only the l
 
 
 def _parse_model_chunk(raw_iterator_item: Chunk | Mapping[str, Any], depth_limit: int) -> Chunk:
+    """A chunk the model may send and whose content could be stored, or ``_ModelFailed``
+    saying what the model got wrong."""
     try:
         chunk = parse_chunk(raw_iterator_item)
     except Exception as error:
@@ -315,7 +330,13 @@ def _parse_model_chunk(raw_iterator_item: Chunk | Mapping[str, Any], depth_limit
             f"model produced a {chunk.type} chunk: approvals come from tools declared with "
             "needs_approval, not from the model"
         )
-    problem = json_problem(chunk, depth_limit)
+    if chunk.type in FRAMING_CHUNK_TYPES:  # a start's messageId could name another message
+        article = "an" if chunk.type == "abort" else "a"
+        raise _ModelFailed(
+            f"model produced {article} {chunk.type} chunk: message and step framing come from "
+            "the runner, not the model (a model yields only content chunks)"
+        )
+    problem = label_problem(chunk) or json_problem(chunk, depth_limit)
     if problem is not None:
         raise _ModelFailed(f"model produced a chunk that could not be stored: {problem}")
     return chunk
@@ -340,12 +361,14 @@ def _well_formed(chunk: Chunk) -> Chunk:
 
 _FREE_JSON = ("data", "input", "output", "message_metadata", "provider_metadata")
 _PLAIN = frozenset({"text-delta", "reasoning-delta", "text-start", "text-end"})
+_Plain = TextDeltaChunk | ReasoningDeltaChunk | TextStartChunk | TextEndChunk
 
 
 def json_problem(chunk: Chunk, depth_limit: int) -> str | None:
     """Why a chunk's free-form JSON (data, tool input and output, metadata) could not be
-    stored and read back (too deep, not JSON), or None. Text chunks carry none."""
-    if chunk.type in _PLAIN:
+    stored and read back (too deep, not JSON), or None. A text chunk's only such JSON is its
+    provider metadata, mostly absent: one attribute test on the hot path."""
+    if chunk.type in _PLAIN and cast(_Plain, chunk).provider_metadata is None:
         return None
     for name in _FREE_JSON:
         value = getattr(chunk, name, None)
@@ -353,6 +376,44 @@ def json_problem(chunk: Chunk, depth_limit: int) -> str | None:
             problem = value_problem(value, f"{chunk.type}.{name}", depth_limit=depth_limit)
             if problem is not None:
                 return problem
+    return None
+
+
+_TOOL_NAME_MAX_CHARS = ID_MAX_CHARS - len("tool-")  # its part's type is tool-<name>
+_CALL = {"tool_call_id": ("toolCallId", ID_MAX_CHARS)}
+_NAMED_CALL = {**_CALL, "tool_name": ("toolName", _TOOL_NAME_MAX_CHARS)}
+_SOURCE = {"source_id": ("sourceId", ID_MAX_CHARS)}
+_MEDIA = {"media_type": ("mediaType", ID_MAX_CHARS)}
+_LABELS: dict[str, dict[str, tuple[str, int]]] = {  # by chunk type: field -> (wire name, limit)
+    "tool-input-start": _NAMED_CALL,
+    "tool-input-delta": _CALL,
+    "tool-input-available": _NAMED_CALL,
+    "tool-input-error": _NAMED_CALL,
+    "tool-output-available": _CALL,
+    "tool-output-error": _CALL,
+    "source-url": _SOURCE,
+    "source-document": {**_SOURCE, **_MEDIA},
+    "file": _MEDIA,
+}
+_DATA_LABELS = {"type": ("type", ID_MAX_CHARS), "id": ("id", ID_MAX_CHARS)}
+
+
+def label_problem(chunk: Chunk) -> str | None:
+    """Why an id or name a chunk carries could not be stored and sent again (the rule of the
+    input edge: at most 255 characters, and no control characters, which an approval's row
+    and a client's next request of the chat cannot carry), or None."""
+    labels = _DATA_LABELS if isinstance(chunk, DataChunk) else _LABELS.get(chunk.type)
+    if labels is None:
+        return None
+    for name, (wire, limit) in labels.items():
+        value = getattr(chunk, name)
+        if value is None:
+            continue
+        where = f"{chunk.type}.{wire}" if name != "type" else "data-<name>.type"
+        if len(value) > limit:
+            return f"{where}: {len(value)} characters; the limit is {limit}"
+        if has_control_characters(value):
+            return f"{where}: must not contain control characters"
     return None
 
 
