@@ -351,7 +351,12 @@ class Attempt:
         return RunOutcome("aborted", None, self._assembler(None).message, False)
 
     def _failed(self, assembler: MessageAssembler, error: Exception) -> RunOutcome:
-        return RunOutcome("error", str(error) or type(error).__name__, assembler.message, False)
+        """The turn fails before its model runs (``before_turn`` raised, its conversation or
+        its caller's messages cannot be read): streamed as an error chunk, as a model's
+        failure is, so a client (``useChat``'s ``error``) learns why, not only that."""
+        text = str(error) or type(error).__name__
+        self._emit(ErrorChunk(error_text=text))
+        return RunOutcome("error", text, assembler.message, False)
 
     # -- delivery (after execution wrote the outcome) ------------------------------------------
 
