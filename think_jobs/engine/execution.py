@@ -316,6 +316,7 @@ class _Run:
         else:
             ended, status, error = self._final_transaction(outcome, status, error)
         self.ended = True
+        self.tools.watch.written()  # what follows is inside the turn: the lease is kept for it
         followups.send_after_end(self.services, self.claim.turn.id, ended)
         if self.continuation is not None:
             approvals.announce_continuation(self.attempt.agent, self.continuation)

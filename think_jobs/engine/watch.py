@@ -114,6 +114,8 @@ class TurnWatch:
         self._stalled = False  # stalled, and since then told nothing in ``_ENDS_THE_TURN``
         self._in_tool = False  # the attempt is running one of the agent's tools
         self._setting_up = False  # before its model: no chunk is due yet (``setting_up``)
+        self._written = False  # the final write went in: what runs now is inside the turn
+        self._timed_out = False  # the time limit was reached (it stops the attempt once)
         self._unlisten = (
             signal.add_listener(self._on_local_abort) if isinstance(signal, AbortSignal) else None
         )
@@ -196,9 +198,11 @@ class TurnWatch:
             self.reason = StopReason(kind, text)
             self._stopped_at = time.monotonic()
             self._stalled = kind is StopKind.STALLED
-        elif self._stalled and kind in _ENDS_THE_TURN:
+        elif kind in _ENDS_THE_TURN and (self._stalled or self._stopped_at is None):
+            # a stalled attempt's wait for its tool, or a written one's for its hooks, ends:
+            # its time to wind up begins now
             self._stalled = False
-            if self._in_tool:  # it waited for the tool: its time to wind up begins now
+            if self._in_tool or self._stopped_at is None:
                 self._stopped_at = time.monotonic()
         self._controller.abort(text)
 
@@ -234,6 +238,17 @@ class TurnWatch:
         finally:
             self._last_chunk = time.monotonic()
             self._setting_up = False
+
+    def written(self) -> None:
+        """The attempt's final write went in: the turn's outcome is stored, and what runs now
+        (its stream's end, its hooks) is still inside the turn, so a slow hook delays the
+        agent's next turn (SPEC §6). From here the watch only keeps the lease: the turn's
+        ended status is the attempt's own, no chunk is due and a caller's signal comes too
+        late. Only the turn's time limit, or a lease that cannot be renewed, ends the wait: a
+        hook still running a lease TTL after that is stuck (``_stuck``)."""
+        self._written = True
+        if self.reason is not None and self.reason.kind is not StopKind.TIMED_OUT:
+            self._stopped_at = None  # its winding up ended with that write
 
     def in_tool(self, running: bool) -> None:
         """The attempt enters (True) or leaves one of the agent's tools. A stopped attempt's
@@ -287,11 +302,11 @@ class TurnWatch:
         due = [self._next_heartbeat]
         if not self.stopped:  # once stopped: the heartbeat, and when it would be stuck
             due.append(self._lease.valid_until - self._lease.safety_s)
-            if self.stall_timeout_s is not None:
+            if self.stall_timeout_s is not None and not self._written:
                 due.append(self._last_chunk + self.stall_timeout_s)
         elif self._stopped_at is not None and self._may_be_stuck():
             due.append(self._stopped_at + self._lease.ttl_s)
-        if self.turn_timeout_s is not None and (self._stalled or not self.stopped):
+        if self.turn_timeout_s is not None and self._held_to_time_limit():
             due.append(self._began + self.turn_timeout_s)
         if self._local is not None and not isinstance(self._local, AbortSignal):
             due.append(now + self._timings.poll_s)
@@ -335,12 +350,16 @@ class TurnWatch:
         self._check_turn(turn)
 
     def _check_turn(self, turn: TurnRecord | None) -> None:
+        if self._written:  # the turn ended with this attempt's own write
+            return
         if turn is not None and turn.attempt != self._turn.attempt:
             self.stop(StopKind.LEASE_LOST, "a newer attempt owns the turn")
         elif turn is None or turn.status is not Status.RUNNING:
             self.stop(StopKind.CANCELLED, turn.error if turn is not None else None)
 
     def _check_local_and_stall(self) -> None:
+        if self._written:
+            return
         local = self._local
         if local is not None and not isinstance(local, AbortSignal) and local.is_set():
             self.stop(StopKind.SIGNAL, signal_reason(local))
@@ -350,15 +369,22 @@ class TurnWatch:
         if time.monotonic() - self._last_chunk > timeout:
             self.stop(StopKind.STALLED, f"no chunk for {timeout:g} s")
 
+    def _held_to_time_limit(self) -> bool:
+        """Whether the time limit may still stop the attempt: it has not yet, and the attempt
+        runs, waits in a tool after a stall, or runs its hooks after its final write."""
+        return not self._timed_out and (not self.stopped or self._stalled or self._written)
+
     def _check_time_limit(self) -> None:
         """Stop a turn that has run ``turn_timeout_s`` since it first started: it ends in
         error (``StopKind.TIMED_OUT``), a continuation after a crash included. A stalled
-        attempt is still held to it: one waiting in a tool must not wait past it."""
+        attempt is still held to it: one waiting in a tool must not wait past it, and so are
+        the hooks after the final write (``written``)."""
         limit = self.turn_timeout_s
-        if limit is None or (self.stopped and not self._stalled):
+        if limit is None or not self._held_to_time_limit():
             return
         if time.monotonic() < self._began + limit:
             return
+        self._timed_out = True
         self.stop(StopKind.TIMED_OUT, f"the turn ran past its time limit of {limit:g} s "
                   "(turn_timeout_s)")  # fmt: skip
 
