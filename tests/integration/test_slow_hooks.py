@@ -20,6 +20,8 @@ from think_jobs.testing import worker
 
 EVENTS: list[tuple[str, float]] = []  # what happened, when (this process's monotonic clock)
 HOOK_RELEASE = threading.Event()
+CLEAR_TRIED = threading.Event()
+CLEAR_RAISED: list[BaseException] = []
 SLOW_HOOK_S = 4.0  # past four lease TTLs of 1 s: long enough for a lapsed lease to show
 
 
@@ -57,14 +59,46 @@ class HungHook(Think):
             assert HOOK_RELEASE.wait(60), "the test never let the hook go"
 
 
+def _answer_when_cleared(request: ModelRequest) -> Reply:
+    """Answers ``after`` only once the hung hook tried its clear (the turn runs meanwhile)."""
+    if message_text(request.messages[-1]) == "after":
+        assert CLEAR_TRIED.wait(60), "the hung hook never tried its clear"
+    return _answer(request)
+
+
+class HungHookClears(Think):
+    """After ``hang``, ``on_chat_response`` hangs past its two-second time limit (its lease
+    lapses and the agent's next turn starts elsewhere), then calls ``clear_messages``."""
+
+    turn_timeout_s = 2.0
+
+    def get_model(self) -> ScriptedModel:
+        return ScriptedModel(_answer_when_cleared)
+
+    def on_chat_response(self, result: ChatResponseResult) -> None:
+        if result.message is None or message_text(result.message) != "hang":
+            return
+        assert HOOK_RELEASE.wait(60), "the test never let the hook go"
+        try:
+            self.clear_messages()
+        except BaseException as error:
+            CLEAR_RAISED.append(error)
+            raise
+        finally:
+            CLEAR_TRIED.set()
+
+
 @pytest.fixture(autouse=True)
 def fresh() -> Iterator[None]:
     EVENTS.clear()
     HOOK_RELEASE.clear()
+    CLEAR_TRIED.clear()
+    CLEAR_RAISED.clear()
     try:
         yield
     finally:
         HOOK_RELEASE.set()
+        CLEAR_TRIED.set()
 
 
 def test_a_hook_slower_than_the_lease_delays_the_next_turn(
@@ -95,3 +129,31 @@ def test_the_time_limit_bounds_a_hook_that_never_returns(
     found = agent.inspect_submission(hung.submission_id)
     assert found is not None and (found.status, found.error) == ("completed", None)
     assert [m.role for m in agent.get_messages()] == ["user", "assistant", "user", "assistant"]
+
+
+def test_a_hook_that_lost_its_lease_cannot_reset_the_agent(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    """A hook still running after its lease lapsed (hung, or its worker paused past the TTL)
+    is no longer inside the agent's turn: the agent's next turn runs elsewhere. Its
+    ``clear_messages`` is refused (``LeaseLost``, nothing changed) instead of aborting that
+    next turn and deleting its conversation."""
+    jobs = make_jobs(lease_ttl_s=1.0, sweep_interval_s=0.5)
+    agent = jobs.get_agent(HungHookClears, "c")
+    hung = agent.submit_messages([user("hang")])
+    after = agent.submit_messages([user("after")])
+    with worker(jobs, concurrency=2):
+        wait_for_status(agent, after.submission_id, "running")  # the lapsed lease was taken
+        HOOK_RELEASE.set()
+        ended = wait_for_status(agent, after.submission_id, "completed", "aborted")
+    assert [type(error).__name__ for error in CLEAR_RAISED] == ["LeaseLost"]
+    assert (ended.status, ended.error) == ("completed", None)
+    found = agent.inspect_submission(hung.submission_id)
+    assert found is not None and found.status == "completed"
+    texts = [(m.role, message_text(m)) for m in agent.get_messages()]
+    assert texts == [
+        ("user", "hang"),
+        ("assistant", "hang"),
+        ("user", "after"),
+        ("assistant", "after"),
+    ]

@@ -148,8 +148,8 @@ def delete_history(services: Services, agent: AgentHooks) -> None:
     agent_id = services.agents.agent_id_of(agent, create=False)
     if agent_id is None:
         return
-    if execution.in_active_turn(agent.address):  # inside our own turn: we hold the lease
-        with services.db.write() as conn:
+    if execution.in_active_turn(agent.address):  # inside our own turn: fenced by its lease
+        with execution.agent_write(services, agent, "clear_messages") as conn:
             conversation_ops.delete_conversation(conn, agent_id)
         return
     wakeups = Wakeups(services.redis, services.keys, agent.address)

@@ -18,7 +18,7 @@ from think_jobs.db.engine import Connection
 from think_jobs.domain.policy import SKIPPED_BY_RESET
 from think_jobs.domain.records import Ended, TurnRecord
 from think_jobs.domain.status import Status
-from think_jobs.engine import approvals, events, followups, handoff
+from think_jobs.engine import approvals, events, execution, followups, handoff
 from think_jobs.engine.ports import AgentHooks, Services
 from think_jobs.errors import BrokerUnavailableError
 from think_jobs.transport import flags
@@ -85,7 +85,7 @@ def abort_running(services: Services, agent: AgentHooks, reason: str | None) -> 
     agent_id = services.agents.agent_id_of(agent, create=False)
     if agent_id is None:
         return
-    with services.db.write() as conn:
+    with execution.agent_write(services, agent, "abort_all_requests") as conn:
         running = [t for t in turn_ops.active_turns(conn, agent_id) if t.status is Status.RUNNING]
         ended = [
             (t, turn_ops.end_turn(conn, t.id, status=Status.ABORTED, error=reason)) for t in running
@@ -101,7 +101,7 @@ def reset_turns(services: Services, agent: AgentHooks) -> None:
     agent_id = services.agents.agent_id_of(agent, create=False)
     if agent_id is None:
         return
-    with services.db.write() as conn:
+    with execution.agent_write(services, agent, "reset_turn_state") as conn:
         active = turn_ops.active_turns(conn, agent_id)
         skipped = [t for t in active if t.status is Status.PENDING and _skip(conn, t)]
         aborted = [t for t in active if t.status is Status.RUNNING and _abort(conn, t)]

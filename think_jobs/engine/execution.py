@@ -26,9 +26,10 @@ from __future__ import annotations
 import contextvars
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
 from think_jobs.db import agents as agent_ops
@@ -61,8 +62,8 @@ __all__ = ["INTERRUPTED", "CallerTurn", "MessagesFunction", "TurnResult", "execu
 
 log = logging.getLogger(__name__)
 
-_ACTIVE_AGENTS: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
-    "think_jobs_active_agents", default=frozenset()
+_ACTIVE_AGENTS: contextvars.ContextVar[Mapping[str, Lease]] = contextvars.ContextVar(
+    "think_jobs_active_agents", default=MappingProxyType({})
 )
 
 
@@ -71,9 +72,28 @@ def in_active_turn(address: str) -> bool:
     return address in _ACTIVE_AGENTS.get()
 
 
+def active_lease(address: str) -> Lease | None:
+    """The lease of the turn (or its hooks) of the agent at ``address`` running in this
+    thread/context: what an agent-wide write made from inside it is fenced by."""
+    return _ACTIVE_AGENTS.get().get(address)
+
+
+def agent_write(
+    services: Services, agent: AgentHooks, kind: str
+) -> AbstractContextManager[Connection]:
+    """A write transaction on the whole agent (a reset, an abort of its running turns, the
+    deletion of its conversation). Made from inside one of the agent's turns (its tools, its
+    hooks) it is fenced by that turn's lease, as the turn's own writes are: a worker that lost
+    the lease (paused or cut off past its TTL, a hook hung past the time limit) is no longer
+    in the agent's turn — its next turn may be running elsewhere — so the write raises
+    ``LeaseLost`` and changes nothing. ``kind`` names the write in metrics."""
+    lease = active_lease(agent.address)
+    return services.db.write() if lease is None else lease.write(kind)
+
+
 @contextmanager
-def _active(address: str) -> Iterator[None]:
-    token = _ACTIVE_AGENTS.set(_ACTIVE_AGENTS.get() | {address})
+def _active(address: str, lease: Lease) -> Iterator[None]:
+    token = _ACTIVE_AGENTS.set(MappingProxyType({**_ACTIVE_AGENTS.get(), address: lease}))
     try:
         yield
     finally:
@@ -192,7 +212,7 @@ def run_and_release(
     tools = _tools(services, agent, claim, lease, caller)
     run = _Run(services, agent, claim, caller, tools, keep_lease=keep_lease)
     try:
-        with _active(agent.address):
+        with _active(agent.address, lease):
             result = run.perform()
     finally:
         tools.watch.close()
