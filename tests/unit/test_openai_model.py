@@ -242,6 +242,23 @@ def test_invalid_tool_arguments_become_a_tool_input_error(server: OpenAIServer) 
     assert not_an_object["errorText"] == "tool call arguments must be a JSON object, got list"
 
 
+def test_arguments_nested_past_the_parser_become_a_tool_input_error(server: OpenAIServer) -> None:
+    deep = '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"  # json.loads: RecursionError
+    server.script(Completion([tool_call(0, id="call_d", name="weather", arguments=deep)]))
+
+    *_, nested = _run(_model(server))
+
+    assert nested["type"] == "tool-input-error"
+    assert (nested["toolCallId"], nested["toolName"], nested["input"]) == (
+        "call_d",
+        "weather",
+        deep,
+    )
+    assert nested["errorText"] == (
+        "invalid JSON in tool call arguments: nested too deeply for the JSON parser"
+    )
+
+
 def test_empty_arguments_mean_no_input_and_missing_ids_are_made_up(server: OpenAIServer) -> None:
     server.script(Completion([tool_call(0, name="now", arguments="")]))
 

@@ -287,6 +287,9 @@ class _ToolCall:
         except ValueError as error:
             text = f"invalid JSON in tool call arguments: {error}"
             return {"type": "tool-input-error", **call, "input": raw, "errorText": text}
+        except RecursionError:
+            text = "invalid JSON in tool call arguments: nested too deeply for the JSON parser"
+            return {"type": "tool-input-error", **call, "input": raw, "errorText": text}
         if not isinstance(value, dict):
             text = f"tool call arguments must be a JSON object, got {type(value).__name__}"
             return {"type": "tool-input-error", **call, "input": value, "errorText": text}
