@@ -390,10 +390,10 @@ _LABELS = ("type", "id", "tool_call_id", "tool_name", "source_id", "media_type")
 
 
 def _label_problems(message: UIMessage, path: str) -> list[str]:
-    """Ids and names stay short (the message id is a VARCHAR(255) column, without NUL)."""
+    """Ids and names stay short and hold no control characters (the message id is a
+    VARCHAR(255) column, which cannot hold NUL; a tool call's id names its approval's row):
+    the rule a model's chunks follow too (``engine.model_loop.label_problem``)."""
     problems = [_label_problem(message.id, f"{path}.id")]
-    if has_control_characters(message.id):
-        problems.append(f"{path}.id: must not contain control characters")
     for index, part in enumerate(message.parts):
         fields = type(part).model_fields
         for name in _LABELS:
@@ -405,9 +405,11 @@ def _label_problems(message: UIMessage, path: str) -> list[str]:
 
 
 def _label_problem(label: str, where: str) -> str | None:
-    if len(label) <= ID_MAX_CHARS:
-        return None
-    return f"{where}: {len(label)} characters; the limit is {ID_MAX_CHARS}"
+    if len(label) > ID_MAX_CHARS:
+        return f"{where}: {len(label)} characters; the limit is {ID_MAX_CHARS}"
+    if has_control_characters(label):
+        return f"{where}: must not contain control characters"
+    return None
 
 
 def coerce_messages(

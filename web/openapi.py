@@ -196,7 +196,8 @@ def _with_limits(name: str, schema: dict[str, Any]) -> dict[str, Any]:
     limits = Limits.of(current_extension().jobs.settings)
     for label in _LABELS:
         if label in properties:
-            properties[label] = _string_limits(properties[label], maxLength=ID_MAX_CHARS)
+            label_limits = {"maxLength": ID_MAX_CHARS, "pattern": _NO_CONTROL}
+            properties[label] = _string_limits(properties[label], **label_limits)
     if name == "UIMessage":
         id_limits = {"maxLength": ID_MAX_CHARS, "pattern": _NO_CONTROL}
         properties["id"] = _string_limits(properties["id"], **id_limits)
@@ -204,7 +205,8 @@ def _with_limits(name: str, schema: dict[str, Any]) -> dict[str, Any]:
     elif name == "ChatMessage":  # its id follows the id rule already
         properties["parts"] = {**properties["parts"], "maxItems": limits.parts_per_message}
     elif "id" in properties:  # a part's own id
-        properties["id"] = _string_limits(properties["id"], maxLength=ID_MAX_CHARS)
+        id_limits = {"maxLength": ID_MAX_CHARS, "pattern": _NO_CONTROL}
+        properties["id"] = _string_limits(properties["id"], **id_limits)
     if name == "SubmitBody":
         most = limits.messages_per_submission
         properties["messages"] = {**properties["messages"], "maxItems": most}
@@ -212,8 +214,12 @@ def _with_limits(name: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _string_limits(schema: dict[str, Any], **limits: Any) -> dict[str, Any]:
-    """``limits`` added to a string schema, or to the string option of an ``anyOf``."""
+    """``limits`` added to a string schema, or to the string option of an ``anyOf``; a
+    pattern the schema has already (``^tool-.+$``) is kept, the new one added beside it."""
     if schema.get("type") == "string":
+        if "pattern" in schema and "pattern" in limits:
+            also = {"pattern": limits.pop("pattern")}
+            return {**schema, **limits, "allOf": [*schema.get("allOf", []), also]}
         return {**schema, **limits}
     if "anyOf" in schema:
         return {**schema, "anyOf": [_string_limits(option, **limits) for option in schema["anyOf"]]}

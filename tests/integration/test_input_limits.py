@@ -112,6 +112,55 @@ def test_case_6_ids_a_url_cannot_carry_are_refused(jobs: ThinkJobs, field: str, 
     assert nothing_written(jobs, agent)
 
 
+CONTROL_LABELS = {  # a part whose id or name holds a control character, and its refusal
+    "toolCallId": (
+        {"type": "tool-x", "toolCallId": "c\x00", "state": "input-available", "input": {}},
+        "messages[0].parts[0].toolCallId: must not contain control characters",
+    ),
+    "tool type": (
+        {"type": "tool-x\x01y", "toolCallId": "c", "state": "input-available", "input": {}},
+        "messages[0].parts[0].type: must not contain control characters",
+    ),
+    "dynamic toolName": (
+        {
+            "type": "dynamic-tool",
+            "toolName": "x\ty",
+            "toolCallId": "c",
+            "state": "input-available",
+            "input": {},
+        },
+        "messages[0].parts[0].toolName: must not contain control characters",
+    ),
+    "sourceId": (
+        {"type": "source-url", "sourceId": "s\x7f", "url": "https://example.com"},
+        "messages[0].parts[0].sourceId: must not contain control characters",
+    ),
+    "mediaType": (
+        {"type": "file", "mediaType": "text/plain\r", "url": "https://example.com/f"},
+        "messages[0].parts[0].mediaType: must not contain control characters",
+    ),
+    "data id": (
+        {"type": "data-x", "id": "d\x1b", "data": 1},
+        "messages[0].parts[0].id: must not contain control characters",
+    ),
+}
+
+
+@pytest.mark.parametrize("label", list(CONTROL_LABELS))
+def test_ids_and_names_in_parts_with_control_characters_are_refused(
+    jobs: ThinkJobs, label: str
+) -> None:
+    """The rule a model's chunks follow (a toolCallId names its approval's row; a client
+    sends these back with its next request): at the one edge, so nothing is written."""
+    part, refusal = CONTROL_LABELS[label]
+    agent = jobs.get_agent(Recorder, "a")
+    message = {"id": "m", "role": "assistant", "parts": [part]}
+    with pytest.raises(MessageValidationError) as refused:
+        agent.submit_messages([message])
+    assert refusal in str(refused.value)
+    assert nothing_written(jobs, agent)
+
+
 # -- defence in depth: a stored message that no longer reads back -------------------------------
 
 
