@@ -1,5 +1,6 @@
-"""Fixtures of the integration tests that need a Redis server of their own (one they may stop,
-restart or fill without touching the shared one)."""
+"""Fixtures of the integration tests: a Redis server of their own (one they may stop, restart
+or fill without touching the shared one), and the gates of the hung tool
+(``tests.support.hung_tools``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from tests.support import hung_tools
 from tests.support.processes import PrivateRedis, private_redis
 
 
@@ -24,3 +26,11 @@ def client(server: PrivateRedis) -> Iterator[redis.Redis]:
     connection = redis.Redis.from_url(server.url, socket_timeout=1, socket_connect_timeout=1)
     yield connection
     connection.close()
+
+
+@pytest.fixture
+def gates() -> Iterator[None]:
+    """Fresh gates and tool runs of ``tests.support.hung_tools`` for a test; whatever happens,
+    its hung call is let go."""
+    with hung_tools.gates():
+        yield

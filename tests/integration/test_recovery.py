@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -17,12 +16,20 @@ import sqlalchemy as sa
 
 from tests.apps.agents import Recorder, Staller, read_events
 from tests.support.builders import texts, user, wait_for_status, wait_until
+from tests.support.hung_tools import (
+    HUNG,
+    TOOL_RUNS,
+    TURN_SIGNALS,
+    UNHANG,
+    Hanger,
+    StallingHanger,
+    held,
+)
 from tests.support.processes import ROOT, worker_processes
 from think_jobs import StreamCallback, Think, ThinkJobs
 from think_jobs.db.tables import agents
-from think_jobs.messages import ToolPart, message_text
+from think_jobs.messages import ToolPart
 from think_jobs.models import ModelRequest, Reply, ScriptedModel, ToolCall
-from think_jobs.signals import AbortSignal
 from think_jobs.testing import worker
 from think_jobs.tools import tool
 
@@ -136,55 +143,6 @@ def _finished(jobs: ThinkJobs, agent: Any) -> bool:
 
 # -- an attempt stuck where it cannot be stopped -----------------------------------------------
 
-HUNG = threading.Event()  # the tool has been entered
-UNHANG = threading.Event()  # the test lets it return
-TOOL_RUNS: list[str] = []
-TURN_SIGNALS: list[AbortSignal] = []  # the turn's own signal, as a model call was given it
-
-
-def held(name: str, result: str) -> str:
-    """What a hung tool does: say it was entered, then wait until the test lets it go."""
-    TOOL_RUNS.append(name)
-    HUNG.set()
-    assert UNHANG.wait(60), f"the test never let the {name} tool go"
-    return result
-
-
-@pytest.fixture
-def gates() -> Iterator[None]:
-    """Fresh gates and tool runs for a test; whatever happens, its hung call is let go."""
-    HUNG.clear()
-    UNHANG.clear()
-    TOOL_RUNS.clear()
-    TURN_SIGNALS.clear()
-    try:
-        yield
-    finally:
-        UNHANG.set()
-
-
-def _hang_or_answer(request: ModelRequest) -> Reply:
-    """Asked ``hang``: call the hung tool, then say ``done``; otherwise answer ``ok``."""
-    if message_text(request.messages[-1]) == "hang":
-        return Reply(tool_calls=[ToolCall("hang")], then=Reply(text="done"))
-    return Reply(text="ok")
-
-
-class Hanger(Think):
-    """Calls a tool that hangs (as one without a timeout does on a server that never answers)
-    when asked ``hang``; answers ``ok`` otherwise."""
-
-    def get_model(self) -> ScriptedModel:
-        return ScriptedModel(_hang_or_answer)
-
-    def get_tools(self) -> dict[str, Any]:
-        @tool
-        def hang() -> str:
-            """Waits until the test lets it go."""
-            return held("hang", "finally")
-
-        return {"hang": hang}
-
 
 @pytest.mark.usefixtures("gates")
 def test_a_cancelled_turn_stuck_in_a_tool_stops_holding_its_agent(
@@ -207,20 +165,6 @@ def test_a_cancelled_turn_stuck_in_a_tool_stops_holding_its_agent(
     assert cancelled is not None and (cancelled.status, cancelled.error) == ("aborted", "it hangs")
     assert [text for role, text in texts(agent) if role == "assistant"][-1] == "ok"
     assert "finally" not in json.dumps([m.to_wire() for m in agent.get_messages()])
-
-
-class StallingHanger(Hanger):
-    """``Hanger`` with a stall timeout its hung tool outlasts: the stall stops the attempt
-    first, inside the tool. Each model call's signal is kept in ``TURN_SIGNALS``."""
-
-    stall_timeout_s = 0.3
-
-    def get_model(self) -> ScriptedModel:
-        def script(request: ModelRequest) -> Reply:
-            TURN_SIGNALS.append(request.signal)
-            return _hang_or_answer(request)
-
-        return ScriptedModel(script)
 
 
 @pytest.mark.usefixtures("gates")

@@ -6,22 +6,19 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
 from tests.apps.agents import TimeLimited
 from tests.support.builders import texts, user, wait_for_status, wait_until
 from tests.support.fencing_faults import skewed
+from tests.support.hung_tools import HUNG, TOOL_RUNS, TURN_SIGNALS, UNHANG, Hanger, StallingHanger
 from tests.support.processes import worker_processes
 from think_jobs import Think, ThinkJobs, TurnContext
 from think_jobs.messages import ToolPart, message_text
-from think_jobs.models import ModelRequest, Reply, ScriptedModel, ToolCall
-from think_jobs.signals import AbortSignal
+from think_jobs.models import ModelRequest, Reply, ScriptedModel
 from think_jobs.testing import worker
-from think_jobs.tools import tool
 
 ENDLESS = " ".join(f"w{i}" for i in range(2000))  # 100 s at 20 words a second
 
@@ -160,50 +157,11 @@ def test_a_worker_whose_clock_is_off_keeps_the_time_limit(
 
 # -- a turn stuck where no signal reaches --------------------------------------------------------
 
-ENTERED = threading.Event()  # the hanging tool has been entered
-RELEASE = threading.Event()  # the test lets it return
-TOOL_RUNS: list[str] = []
-TURN_SIGNALS: list[AbortSignal] = []  # the turn's own signal, as a model call was given it
 
-
-@pytest.fixture
-def gates() -> Iterator[None]:
-    ENTERED.clear()
-    RELEASE.clear()
-    TOOL_RUNS.clear()
-    TURN_SIGNALS.clear()
-    try:
-        yield
-    finally:
-        RELEASE.set()
-
-
-def _hang_or_answer(request: ModelRequest) -> Reply:
-    """Asked ``hang``: call the hanging tool, then say ``done``; otherwise answer ``ok``."""
-    if message_text(request.messages[-1]) == "hang":
-        return Reply(tool_calls=[ToolCall("hang")], then=Reply(text="done"))
-    return Reply(text="ok")
-
-
-class HangingTool(Think):
-    """Calls a tool that ignores the turn's signal (a server that never answers) when asked
-    ``hang``, then would answer ``done``; answers ``ok`` otherwise. Half a second per turn."""
+class HangingTool(Hanger):
+    """``Hanger`` (its tool ignores the turn's signal) with half a second per turn."""
 
     turn_timeout_s = 0.5
-
-    def get_model(self) -> ScriptedModel:
-        return ScriptedModel(_hang_or_answer)
-
-    def get_tools(self) -> dict[str, Any]:
-        @tool
-        def hang() -> str:
-            """Waits until the test lets it go."""
-            TOOL_RUNS.append("hang")
-            ENTERED.set()
-            assert RELEASE.wait(60), "the test never let the tool go"
-            return "finally"
-
-        return {"hang": hang}
 
 
 @pytest.mark.usefixtures("gates")
@@ -220,10 +178,10 @@ def test_a_turn_stuck_in_a_tool_past_its_limit_is_ended_by_the_next_attempt(
     stuck = agent.submit_messages([user("hang")])
     after = agent.submit_messages([user("hello")])
     with worker(jobs, concurrency=2):
-        assert ENTERED.wait(30)
+        assert HUNG.wait(30)
         ended = wait_for_status(agent, stuck.submission_id, "error")
         wait_for_status(agent, after.submission_id, "completed")
-        RELEASE.set()
+        UNHANG.set()
         wait_until(lambda: not [t for w in jobs.live_workers() for t in w.running])
     assert (ended.error, ended.attempt) == (_limit_error("0.5"), 2)
     assert TOOL_RUNS == ["hang"]
@@ -244,19 +202,11 @@ def test_a_turn_stuck_in_a_tool_past_its_limit_is_ended_by_the_next_attempt(
     assert message_text(answer) == "ok"
 
 
-class StallingHangingTool(HangingTool):
-    """``HangingTool`` with a stall timeout shorter than its one-second limit: the stall stops
-    the attempt first, inside the tool. Each model call's signal is kept in ``TURN_SIGNALS``."""
+class StallingHangingTool(StallingHanger):
+    """``StallingHanger`` (the stall stops the attempt first, inside the tool) with a
+    one-second limit."""
 
-    stall_timeout_s = 0.3
     turn_timeout_s = 1.0
-
-    def get_model(self) -> ScriptedModel:
-        def script(request: ModelRequest) -> Reply:
-            TURN_SIGNALS.append(request.signal)
-            return _hang_or_answer(request)
-
-        return ScriptedModel(script)
 
 
 @pytest.mark.usefixtures("gates")
@@ -272,12 +222,12 @@ def test_the_time_limit_ends_a_stalled_turn_that_waits_in_a_tool(
     stuck = agent.submit_messages([user("hang")])
     after = agent.submit_messages([user("hello")])
     with worker(jobs, concurrency=2):
-        assert ENTERED.wait(30)
+        assert HUNG.wait(30)
         stalled = TURN_SIGNALS[0]
         assert stalled.wait(30) and stalled.reason == "no chunk for 0.3 s"
         ended = wait_for_status(agent, stuck.submission_id, "error", timeout_s=30)
         wait_for_status(agent, after.submission_id, "completed", timeout_s=30)
-        RELEASE.set()
+        UNHANG.set()
         wait_until(lambda: not [t for w in jobs.live_workers() for t in w.running])
     assert (ended.error, ended.attempt) == (_limit_error("1"), 2)
     assert TOOL_RUNS == ["hang"]
