@@ -189,6 +189,7 @@ def _tag_required(schema: dict[str, Any]) -> dict[str, Any]:
 # stored before the limits existed.
 _LABELS = ("toolCallId", "toolName", "sourceId", "mediaType", "type")
 _NO_CONTROL = r"^[^\x00-\x1f\x7f]*$"
+_LABEL_RULE = {"maxLength": ID_MAX_CHARS, "pattern": _NO_CONTROL}  # messages.py's rule
 
 
 def _with_limits(name: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -196,17 +197,11 @@ def _with_limits(name: str, schema: dict[str, Any]) -> dict[str, Any]:
     limits = Limits.of(current_extension().jobs.settings)
     for label in _LABELS:
         if label in properties:
-            label_limits = {"maxLength": ID_MAX_CHARS, "pattern": _NO_CONTROL}
-            properties[label] = _string_limits(properties[label], **label_limits)
-    if name == "UIMessage":
-        id_limits = {"maxLength": ID_MAX_CHARS, "pattern": _NO_CONTROL}
-        properties["id"] = _string_limits(properties["id"], **id_limits)
+            properties[label] = _string_limits(properties[label], **_LABEL_RULE)
+    if name in ("UIMessage", "ChatMessage"):
         properties["parts"] = {**properties["parts"], "maxItems": limits.parts_per_message}
-    elif name == "ChatMessage":  # its id follows the id rule already
-        properties["parts"] = {**properties["parts"], "maxItems": limits.parts_per_message}
-    elif "id" in properties:  # a part's own id
-        id_limits = {"maxLength": ID_MAX_CHARS, "pattern": _NO_CONTROL}
-        properties["id"] = _string_limits(properties["id"], **id_limits)
+    if "id" in properties and name != "ChatMessage":  # a ChatMessage's id has the id rule
+        properties["id"] = _string_limits(properties["id"], **_LABEL_RULE)
     if name == "SubmitBody":
         most = limits.messages_per_submission
         properties["messages"] = {**properties["messages"], "maxItems": most}
