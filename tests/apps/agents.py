@@ -12,7 +12,7 @@ from typing import Any
 
 import redis
 
-from think_jobs import Think, ThinkJobs
+from think_jobs import ChatResponseResult, Think, ThinkJobs
 from think_jobs.messages import message_text
 from think_jobs.models import ModelRequest, Reply, ScriptedModel
 
@@ -239,3 +239,33 @@ class HeapProbe(Think):
 
 
 jobs.register(HeapProbe)
+
+
+class HookResetter(Recorder):
+    """A ``Recorder`` whose ``on_chat_response``, after a reply that says ``reset``, notes
+    ``hook`` in the journal, waits until the file ``$TJ_TEST_JOURNAL.go`` exists (the test
+    makes it), then calls ``clear_messages`` and notes how that went: ``reset`` with
+    ``raised`` (the error's class name, or None)."""
+
+    def on_chat_response(self, result: ChatResponseResult) -> None:
+        if result.message is None or message_text(result.message) != "reset":
+            return
+        journal = Journal(self.jobs)
+        journal.write({"what": "hook", "agent": self.name, "pid": os.getpid(), "t": time.time()})
+        go = f"{journal.path}.go"
+        deadline = time.monotonic() + 60
+        while not os.path.exists(go):  # a file: the test reaches it without Redis or the db
+            assert time.monotonic() < deadline, "the test never let the hook go"
+            time.sleep(0.01)
+        raised = None
+        try:
+            self.clear_messages()
+        except Exception as error:
+            raised = type(error).__name__
+            raise
+        finally:
+            event = {"what": "reset", "agent": self.name, "pid": os.getpid(), "raised": raised}
+            journal.write({**event, "t": time.time()})
+
+
+jobs.register(HookResetter)

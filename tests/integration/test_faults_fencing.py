@@ -1,6 +1,6 @@
 """Fenced execution under real faults (issue 14), against real worker processes, PostgreSQL
-and Redis: workers paused past the lease TTL (SIGSTOP mid-stream, and in the window before
-the final write), a worker cut from PostgreSQL alone and from Redis alone (a TCP proxy that
+and Redis: workers paused past the lease TTL (SIGSTOP mid-stream, in the window before
+the final write, and inside a hook after it), a worker cut from PostgreSQL alone and from Redis alone (a TCP proxy that
 holds bytes, as a dropping network does), workers whose clocks are 60 s off, and a dashboard
 read on a host an hour ahead.
 
@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from tests.apps.agents import Journal, Recorder, read_events
-from tests.support.builders import directive
+from tests.apps.agents import HookResetter, Journal, Recorder, read_events
+from tests.support.builders import directive, wait_for_status
 from tests.support.faults import Report, check, submit_load, unfinished
 from tests.support.fencing_faults import (
     Load,
@@ -254,3 +254,39 @@ def _backends(jobs: ThinkJobs) -> dict[int, str]:
     )
     with jobs.db.read() as conn:
         return {int(pid): str(state) for pid, state in conn.exec_driver_sql(query)}
+
+
+def test_a_worker_paused_in_a_hook_past_its_lease_cannot_reset_the_agent(
+    fault_jobs: ThinkJobs, fault_env: dict[str, str]
+) -> None:
+    """SIGSTOP lands in ``on_chat_response`` (inside the turn, after its final write); the
+    lease lapses and the other worker runs the agent's next turn. The frozen worker, resumed
+    while that turn runs, calls ``clear_messages`` from its hook: refused (``LeaseLost``),
+    nothing changed — the next turn completes and the conversation keeps both turns (before:
+    the reset aborted the running turn and deleted the conversation)."""
+    ttl_s = float(fault_env["THINK_JOBS_LEASE_TTL_S"])
+    agent = fault_jobs.get_agent(HookResetter, "h")
+    agent.submit_messages([directive("m-1", label="first", text="reset")])
+    after = agent.submit_messages([directive("m-2", label="second", hold_s=3 * ttl_s)])
+    go = Path(fault_env["TJ_TEST_JOURNAL"] + ".go")
+    with workers([fault_env, fault_env]) as processes:
+        by_pid = {process.process.pid: process for process in processes}
+        (hook,) = wait_until(lambda: _events(fault_jobs, "hook"), 60)
+        frozen = by_pid[hook["pid"]]
+        os.killpg(frozen.process.pid, signal.SIGSTOP)
+        wait_until(lambda: _state(frozen.process.pid) == "T", 10, interval_s=0.005)
+        (holding,) = wait_until(lambda: _events(fault_jobs, "holding"), 60)  # the lease lapsed
+        assert holding["pid"] != frozen.process.pid
+        os.killpg(frozen.process.pid, signal.SIGCONT)
+        go.touch()
+        (reset,) = wait_until(lambda: _events(fault_jobs, "reset"), 60)
+        ended = wait_for_status(agent, after.submission_id, "completed", "aborted")
+    assert (reset["pid"], reset["raised"]) == (frozen.process.pid, "LeaseLost")
+    assert (ended.status, ended.error) == ("completed", None)
+    replies = [(m.role, message_text(m)) for m in agent.get_messages()]
+    assert [role for role, _ in replies] == ["user", "assistant", "user", "assistant"]
+    assert replies[1] == ("assistant", "reset")
+
+
+def _events(jobs: ThinkJobs, what: str) -> list[dict[str, Any]]:
+    return [event for event in read_events(jobs) if event["what"] == what]
