@@ -39,6 +39,10 @@ def create_celery_app(jobs: ThinkJobs) -> Celery:
         worker_prefetch_multiplier=1,
         task_default_queue=settings.queue,
         broker_connection_retry_on_startup=True,
+        # A Redis refusing writes (maxmemory under noeviction, a replica left read-only by a
+        # failover) answers with errors on a live connection: Celery's "channel errors",
+        # unrecoverable by default — the worker exited. Reconnect as for a lost connection.
+        broker_channel_error_retry=True,
         broker_transport=celery_redis.transport_for(settings.effective_broker_url),
         worker_consumer="think_jobs.worker.consumer:Consumer",  # reconnects within ~1 s
         broker_transport_options={
