@@ -5,6 +5,8 @@ Scenarios, each against real worker processes, PostgreSQL and Redis:
 - SIGKILL the process running a blocking ``save_messages`` turn;
 - stop Redis (broker and streams) under load, start it again empty (and how long the agents
   took to resume after it came back);
+- Redis refusing writes under load (past its ``maxmemory`` under ``noeviction``), then taking
+  them again (how long the agents took to resume, and whether a worker exited);
 - stop PostgreSQL while submissions arrive, start it again;
 - a model that stalls (``stall_timeout_s``), finished by continuations;
 - SIGSTOP a worker for 3x the lease TTL, mid-stream and in the window before its final write
@@ -39,6 +41,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from typing import Any
+
+import redis
 
 from bench.services import scratch_database, scratch_namespace
 from tests.apps.agents import Recorder, Staller, read_events
@@ -204,6 +208,39 @@ def redis_outage(scale: int) -> Report:
         )
         report.problems.append(
             f"agents resumed {_spread(waits)} after Redis came back (sweep 0.5 s)"
+        )
+        return report
+
+
+def redis_full(scale: int) -> Report:
+    """Redis past its ``maxmemory`` (``noeviction``) for 2 s, several times under load: every
+    write refused, on live connections (stream appends, drains, kombu's bookkeeping)."""
+    with private_redis() as server, environment(THINK_JOBS_REDIS_URL=server.url) as (jobs, env):
+        admitted = submit_load(jobs, agents=5, per_agent=4 * scale, words=12, delay_s=0.01)
+        client = redis.Redis.from_url(server.url)
+        client.config_set("maxmemory-policy", "noeviction")
+        waits = []
+        with worker_processes(env, count=2, concurrency=2, app=APP) as workers:
+            for fill in range(max(1, scale // 2)):
+                share = 0.8 - 0.15 * fill
+
+                def drained_to(s: float = share) -> bool:
+                    return unfinished(jobs, admitted) < 4 * 5 * scale * s
+
+                wait_until(drained_to, 120)
+                client.config_set("maxmemory", 1)
+                time.sleep(2.0)  # the fault itself
+                client.config_set("maxmemory", 0)
+                waits.append(_probe_wait(jobs, f"probe-{fill}"))
+            wait_until(lambda: unfinished(jobs, admitted) == 0, 300)
+            exited = sum(process.process.poll() is not None for process in workers)
+        client.close()
+        report = check(
+            jobs, admitted, Report("Redis refusing writes 2 s (maxmemory)", faults=len(waits))
+        )
+        report.problems.append(
+            f"agents resumed {_spread(waits)} after Redis took writes again; "
+            f"workers exited: {exited} of 2"
         )
         return report
 
@@ -466,6 +503,7 @@ SCENARIOS: dict[str, Callable[[int], Report]] = {
     "worker-kills": worker_kills,
     "caller-kills": lambda scale: caller_kills(max(2, scale // 2)),
     "redis-outage": redis_outage,
+    "redis-full": redis_full,
     "database-outage": database_outage,
     "stalls": stalls,
     "zombie-mid-stream": lambda scale: zombie(scale, before_final_write=False),
