@@ -122,7 +122,25 @@ def create_db_engine(
         ),
     )
     _ping_rested_connections(engine)
+    _drop_read_only_sessions(engine)
     return engine
+
+
+_READ_ONLY = "25006"  # read_only_sql_transaction
+
+
+def _drop_read_only_sessions(engine: Engine) -> None:
+    """A session that refuses writes because its server is read-only — a standby, a primary
+    demoted by a failover, a database set ``default_transaction_read_only`` — stays so for
+    its whole life, even once a writable primary is back: it counts as a lost connection.
+    The operation fails with ``StorageUnavailableError``, SQLAlchemy discards every pooled
+    connection, and the next transaction connects again (to whatever server the URL's host —
+    or libpq's ``target_session_attrs=read-write`` among several hosts — leads to then)."""
+
+    @event.listens_for(engine, "handle_error")
+    def on_error(context: Any) -> None:
+        if getattr(context.original_exception, "sqlstate", None) == _READ_ONLY:
+            context.is_disconnect = True
 
 
 def check_url(url: str) -> None:
