@@ -1,8 +1,8 @@
 """Fenced execution under real faults (issue 14), against real worker processes, PostgreSQL
-and Redis: workers paused past the lease TTL (SIGSTOP mid-stream, in the window before
-the final write, and inside a hook after it), a worker cut from PostgreSQL alone and from Redis alone (a TCP proxy that
-holds bytes, as a dropping network does), workers whose clocks are 60 s off, and a dashboard
-read on a host an hour ahead.
+and Redis: workers paused past the lease TTL (SIGSTOP mid-stream, in the window before the
+final write, and inside a hook after it), a worker cut from PostgreSQL alone and from Redis
+alone (a TCP proxy that holds bytes, as a dropping network does), workers whose clocks are
+60 s off, and a dashboard read on a host an hour ahead.
 
 Every check is made from outside: every submission terminal, none lost, each user message
 stored once, no two model calls of one agent overlapping (a journal file no fault touches),
