@@ -37,6 +37,8 @@ from typing import Any
 
 import redis
 from redis import BlockingConnectionPool, ConnectionPool, Redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from think_jobs.errors import BrokerUnavailableError
 from think_jobs.observe import metrics
@@ -60,6 +62,18 @@ def _identity() -> dict[str, Any]:
 
 
 _IDENTITY = _identity()
+
+
+def _reconnect_on_read_only() -> dict[str, Any]:
+    """A server answering READONLY is a replica — a primary demoted by a failover, which
+    keeps the connections it had — and stays one: the connection is dropped and the command
+    sent once more on a new one, to whichever server the URL's host leads now (a DNS name
+    moved to the new primary). The refused command did nothing, so sending it again is safe;
+    a connection error is not retried (a command may have run before it)."""
+    return {"retry": Retry(NoBackoff(), 1, supported_errors=(redis.exceptions.ReadOnlyError,))}
+
+
+_RECONNECT = _reconnect_on_read_only()
 
 
 def _reserve(size: int) -> int:
@@ -118,6 +132,7 @@ class RedisClients:
             socket_timeout=10,
             health_check_interval=30,
             **_IDENTITY,
+            **_RECONNECT,
         )
 
     def ping(self) -> None:
@@ -233,6 +248,7 @@ class RedisClients:
                 socket_timeout=timeout_s,
                 health_check_interval=30,
                 **_IDENTITY,
+                **_RECONNECT,
             )
         return self._stream_pool
 
