@@ -7,6 +7,8 @@ Scenarios, each against real worker processes, PostgreSQL and Redis:
   took to resume after it came back);
 - Redis refusing writes under load (past its ``maxmemory`` under ``noeviction``), then taking
   them again (how long the agents took to resume, and whether a worker exited);
+- Redis failing over under load: the replica promoted, the old primary demoted (it keeps its
+  connections and answers READONLY), the name clients use moved to the new primary;
 - stop PostgreSQL while submissions arrive, start it again;
 - a model that stalls (``stall_timeout_s``), finished by continuations;
 - SIGSTOP a worker for 3x the lease TTL, mid-stream and in the window before its final write
@@ -76,6 +78,7 @@ from tests.support.processes import (
     worker_processes,
 )
 from tests.support.proxy import proxy_to
+from tests.support.redis_failover import failover_pair
 from think_jobs import StorageUnavailableError, Think, ThinkJobs
 from think_jobs.messages import message_text
 from think_jobs.testing import wait_until
@@ -241,6 +244,30 @@ def redis_full(scale: int) -> Report:
         report.problems.append(
             f"agents resumed {_spread(waits)} after Redis took writes again; "
             f"workers exited: {exited} of 2"
+        )
+        return report
+
+
+def redis_failover(scale: int) -> Report:
+    """Fail Redis over (and back, and over...) several times under load."""
+    with failover_pair() as pair, environment(THINK_JOBS_REDIS_URL=pair.url) as (jobs, env):
+        admitted = submit_load(jobs, agents=5, per_agent=4 * scale, words=12, delay_s=0.01)
+        waits = []
+        with worker_processes(env, count=2, concurrency=2, app=APP) as workers:
+            for failover in range(max(1, scale // 2)):
+                share = 0.8 - 0.15 * failover
+
+                def drained_to(s: float = share) -> bool:
+                    return unfinished(jobs, admitted) < 4 * 5 * scale * s
+
+                wait_until(drained_to, 120)
+                pair.fail_over()
+                waits.append(_probe_wait(jobs, f"probe-{failover}"))
+            wait_until(lambda: unfinished(jobs, admitted) == 0, 300)
+            exited = sum(process.process.poll() is not None for process in workers)
+        report = check(jobs, admitted, Report("Redis failed over", faults=len(waits)))
+        report.problems.append(
+            f"agents resumed {_spread(waits)} after a failover; workers exited: {exited} of 2"
         )
         return report
 
@@ -504,6 +531,7 @@ SCENARIOS: dict[str, Callable[[int], Report]] = {
     "caller-kills": lambda scale: caller_kills(max(2, scale // 2)),
     "redis-outage": redis_outage,
     "redis-full": redis_full,
+    "redis-failover": redis_failover,
     "database-outage": database_outage,
     "stalls": stalls,
     "zombie-mid-stream": lambda scale: zombie(scale, before_final_write=False),
