@@ -10,6 +10,8 @@ Scenarios, each against real worker processes, PostgreSQL and Redis:
 - Redis failing over under load: the replica promoted, the old primary demoted (it keeps its
   connections and answers READONLY), the name clients use moved to the new primary;
 - stop PostgreSQL while submissions arrive, start it again;
+- PostgreSQL failing over under load to a server that refuses writes, then writable again
+  with the sessions made meanwhile still read-only;
 - a model that stalls (``stall_timeout_s``), finished by continuations;
 - SIGSTOP a worker for 3x the lease TTL, mid-stream and in the window before its final write
   (a zombie), then SIGCONT it;
@@ -69,6 +71,7 @@ from tests.support.fencing_faults import (
     zombies,
 )
 from tests.support.fencing_faults import workers as fencing_workers
+from tests.support.pg_failover import read_only
 from tests.support.processes import (
     ROOT,
     WorkerProcess,
@@ -333,6 +336,35 @@ def database_outage(scale: int) -> Report:
         return report
 
 
+def database_failover(scale: int) -> Report:
+    """PostgreSQL read-only for 2 s (its sessions ended, as a demotion ends them), several
+    times under load; writable again, the sessions made meanwhile stay read-only."""
+    with environment() as (jobs, env):
+        database = env["THINK_JOBS_DATABASE_URL"].rsplit("/", 1)[1]
+        admitted = submit_load(jobs, agents=5, per_agent=4 * scale, words=12, delay_s=0.01)
+        waits = []
+        with worker_processes(env, count=2, concurrency=2, app=APP) as workers:
+            for failover in range(max(1, scale // 2)):
+                share = 0.8 - 0.15 * failover
+
+                def drained_to(s: float = share) -> bool:
+                    return unfinished(jobs, admitted) < 4 * 5 * scale * s
+
+                wait_until(drained_to, 120)
+                with read_only(database):
+                    time.sleep(2.0)  # the fault itself
+                waits.append(_probe_wait(jobs, f"probe-{failover}"))
+            wait_until(lambda: unfinished(jobs, admitted) == 0, 300)
+            exited = sum(process.process.poll() is not None for process in workers)
+        report = check(
+            jobs, admitted, Report("PostgreSQL read-only 2 s (failover)", faults=len(waits))
+        )
+        report.problems.append(
+            f"agents resumed {_spread(waits)} after it took writes; workers exited: {exited} of 2"
+        )
+        return report
+
+
 def _submit_some(agent: Recorder, phase: str, count: int, accepted: list[str]) -> int:
     refused = 0
     for n in range(count):
@@ -533,6 +565,7 @@ SCENARIOS: dict[str, Callable[[int], Report]] = {
     "redis-full": redis_full,
     "redis-failover": redis_failover,
     "database-outage": database_outage,
+    "database-failover": database_failover,
     "stalls": stalls,
     "zombie-mid-stream": lambda scale: zombie(scale, before_final_write=False),
     "zombie-before-final-write": lambda scale: zombie(scale, before_final_write=True),

@@ -13,42 +13,19 @@ meanwhile."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from tests.apps.agents import Recorder
 from tests.support.builders import directive, wait_for_status
+from tests.support.pg_failover import read_only
 from tests.support.processes import WorkerProcess, worker_processes
 from think_jobs import StorageUnavailableError, Think, ThinkJobs
 from think_jobs.testing import wait_until
 
 pytestmark = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
-
-ADMIN = "host=127.0.0.1 user=postgres dbname=postgres"
-
-
-def admin(sql: str) -> None:
-    with psycopg.connect(ADMIN, autocommit=True) as connection:
-        connection.execute(sql)
-
-
-@contextmanager
-def read_only(database: str) -> Iterator[None]:
-    """The database refuses writes to every session, its sessions of before ended; after
-    the block it takes writes again, and the sessions made meanwhile live on."""
-    admin(f'ALTER DATABASE "{database}" SET default_transaction_read_only = on')
-    admin(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-        f"WHERE datname = '{database}' AND pid <> pg_backend_pid()"
-    )
-    try:
-        yield
-    finally:
-        admin(f'ALTER DATABASE "{database}" SET default_transaction_read_only = off')
 
 
 def refusal(agent: Think, label: str) -> str:
