@@ -194,85 +194,75 @@ def _check_blocking(
 
 def redis_outage(scale: int) -> Report:
     with private_redis() as server, environment(THINK_JOBS_REDIS_URL=server.url) as (jobs, env):
-        admitted = submit_load(jobs, agents=5, per_agent=4 * scale, words=6, delay_s=0.005)
-        waits = []
-        with worker_processes(env, count=2, concurrency=2, app=APP):
-            for restart in range(max(1, scale // 2)):
-                share = 0.8 - 0.15 * restart
 
-                def drained_to(s: float = share) -> bool:
-                    return unfinished(jobs, admitted) < 4 * 5 * scale * s
+        def outage() -> None:
+            server.stop()
+            time.sleep(2.0)  # the outage itself
+            server.start()
 
-                wait_until(drained_to, 120)
-                server.stop()
-                time.sleep(2.0)  # the outage itself
-                server.start()
-                waits.append(_probe_wait(jobs, f"probe-{restart}"))
-            wait_until(lambda: unfinished(jobs, admitted) == 0, 300)
-        report = check(
-            jobs, admitted, Report("Redis stopped 2 s, restarted empty", faults=len(waits))
-        )
-        report.problems.append(
-            f"agents resumed {_spread(waits)} after Redis came back (sweep 0.5 s)"
-        )
-        return report
+        name, after = "Redis stopped 2 s, restarted empty", "Redis came back (sweep 0.5 s)"
+        return _faults_under_load(jobs, env, scale, outage, name, after, words=6, delay_s=0.005)
 
 
 def redis_full(scale: int) -> Report:
     """Redis past its ``maxmemory`` (``noeviction``) for 2 s, several times under load: every
     write refused, on live connections (stream appends, drains, kombu's bookkeeping)."""
     with private_redis() as server, environment(THINK_JOBS_REDIS_URL=server.url) as (jobs, env):
-        admitted = submit_load(jobs, agents=5, per_agent=4 * scale, words=12, delay_s=0.01)
         client = redis.Redis.from_url(server.url)
         client.config_set("maxmemory-policy", "noeviction")
-        waits = []
-        with worker_processes(env, count=2, concurrency=2, app=APP) as workers:
-            for fill in range(max(1, scale // 2)):
-                share = 0.8 - 0.15 * fill
 
-                def drained_to(s: float = share) -> bool:
-                    return unfinished(jobs, admitted) < 4 * 5 * scale * s
+        def full() -> None:
+            client.config_set("maxmemory", 1)
+            time.sleep(2.0)  # the fault itself
+            client.config_set("maxmemory", 0)
 
-                wait_until(drained_to, 120)
-                client.config_set("maxmemory", 1)
-                time.sleep(2.0)  # the fault itself
-                client.config_set("maxmemory", 0)
-                waits.append(_probe_wait(jobs, f"probe-{fill}"))
-            wait_until(lambda: unfinished(jobs, admitted) == 0, 300)
-            exited = sum(process.process.poll() is not None for process in workers)
-        client.close()
-        report = check(
-            jobs, admitted, Report("Redis refusing writes 2 s (maxmemory)", faults=len(waits))
-        )
-        report.problems.append(
-            f"agents resumed {_spread(waits)} after Redis took writes again; "
-            f"workers exited: {exited} of 2"
-        )
-        return report
+        try:
+            name, after = "Redis refusing writes 2 s (maxmemory)", "Redis took writes again"
+            return _faults_under_load(jobs, env, scale, full, name, after)
+        finally:
+            client.close()
 
 
 def redis_failover(scale: int) -> Report:
     """Fail Redis over (and back, and over...) several times under load."""
     with failover_pair() as pair, environment(THINK_JOBS_REDIS_URL=pair.url) as (jobs, env):
-        admitted = submit_load(jobs, agents=5, per_agent=4 * scale, words=12, delay_s=0.01)
-        waits = []
-        with worker_processes(env, count=2, concurrency=2, app=APP) as workers:
-            for failover in range(max(1, scale // 2)):
-                share = 0.8 - 0.15 * failover
+        name, after = "Redis failed over", "a failover"
+        return _faults_under_load(jobs, env, scale, pair.fail_over, name, after)
 
-                def drained_to(s: float = share) -> bool:
-                    return unfinished(jobs, admitted) < 4 * 5 * scale * s
 
-                wait_until(drained_to, 120)
-                pair.fail_over()
-                waits.append(_probe_wait(jobs, f"probe-{failover}"))
-            wait_until(lambda: unfinished(jobs, admitted) == 0, 300)
-            exited = sum(process.process.poll() is not None for process in workers)
-        report = check(jobs, admitted, Report("Redis failed over", faults=len(waits)))
-        report.problems.append(
-            f"agents resumed {_spread(waits)} after a failover; workers exited: {exited} of 2"
-        )
-        return report
+def _faults_under_load(
+    jobs: ThinkJobs,
+    env: dict[str, str],
+    scale: int,
+    fault: Callable[[], None],
+    name: str,
+    after: str,
+    *,
+    words: int = 12,
+    delay_s: float = 0.01,
+) -> Report:
+    """Five agents' load drained by two workers; ``fault()`` (over when it returns) injected
+    once 20 %, 35 %, 50 %... of it is done, each time followed by how long an idle agent's
+    turn took to start; then every submission judged, and whether a worker exited."""
+    admitted = submit_load(jobs, agents=5, per_agent=4 * scale, words=words, delay_s=delay_s)
+    waits = []
+    with worker_processes(env, count=2, concurrency=2, app=APP) as workers:
+        for injected in range(max(1, scale // 2)):
+            share = 0.8 - 0.15 * injected
+
+            def drained_to(s: float = share) -> bool:
+                return unfinished(jobs, admitted) < 4 * 5 * scale * s
+
+            wait_until(drained_to, 120)
+            fault()
+            waits.append(_probe_wait(jobs, f"probe-{injected}"))
+        wait_until(lambda: unfinished(jobs, admitted) == 0, 300)
+        exited = sum(process.process.poll() is not None for process in workers)
+    report = check(jobs, admitted, Report(name, faults=len(waits)))
+    report.problems.append(
+        f"agents resumed {_spread(waits)} after {after}; workers exited: {exited} of 2"
+    )
+    return report
 
 
 def _probe_wait(jobs: ThinkJobs, name: str) -> float:
@@ -341,28 +331,13 @@ def database_failover(scale: int) -> Report:
     times under load; writable again, the sessions made meanwhile stay read-only."""
     with environment() as (jobs, env):
         database = env["THINK_JOBS_DATABASE_URL"].rsplit("/", 1)[1]
-        admitted = submit_load(jobs, agents=5, per_agent=4 * scale, words=12, delay_s=0.01)
-        waits = []
-        with worker_processes(env, count=2, concurrency=2, app=APP) as workers:
-            for failover in range(max(1, scale // 2)):
-                share = 0.8 - 0.15 * failover
 
-                def drained_to(s: float = share) -> bool:
-                    return unfinished(jobs, admitted) < 4 * 5 * scale * s
+        def failover() -> None:
+            with read_only(database):
+                time.sleep(2.0)  # the fault itself
 
-                wait_until(drained_to, 120)
-                with read_only(database):
-                    time.sleep(2.0)  # the fault itself
-                waits.append(_probe_wait(jobs, f"probe-{failover}"))
-            wait_until(lambda: unfinished(jobs, admitted) == 0, 300)
-            exited = sum(process.process.poll() is not None for process in workers)
-        report = check(
-            jobs, admitted, Report("PostgreSQL read-only 2 s (failover)", faults=len(waits))
-        )
-        report.problems.append(
-            f"agents resumed {_spread(waits)} after it took writes; workers exited: {exited} of 2"
-        )
-        return report
+        name, after = "PostgreSQL read-only 2 s (failover)", "it took writes"
+        return _faults_under_load(jobs, env, scale, failover, name, after)
 
 
 def _submit_some(agent: Recorder, phase: str, count: int, accepted: list[str]) -> int:
