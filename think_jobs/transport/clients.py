@@ -64,16 +64,12 @@ def _identity() -> dict[str, Any]:
 _IDENTITY = _identity()
 
 
-def _reconnect_on_read_only() -> dict[str, Any]:
-    """A server answering READONLY is a replica — a primary demoted by a failover, which
-    keeps the connections it had — and stays one: the connection is dropped and the command
-    sent once more on a new one, to whichever server the URL's host leads now (a DNS name
-    moved to the new primary). The refused command did nothing, so sending it again is safe;
-    a connection error is not retried (a command may have run before it)."""
-    return {"retry": Retry(NoBackoff(), 1, supported_errors=(redis.exceptions.ReadOnlyError,))}
-
-
-_RECONNECT = _reconnect_on_read_only()
+# A server answering READONLY is a replica — a primary demoted by a failover, which keeps the
+# connections it had — and stays one: the connection is dropped and the command sent once more
+# on a new one, to whichever server the URL's host leads now (a DNS name moved to the new
+# primary). The refused command did nothing, so sending it again is safe; a connection error
+# is not retried (a command may have run before it).
+_RECONNECT = {"retry": Retry(NoBackoff(), 1, supported_errors=(redis.exceptions.ReadOnlyError,))}
 
 
 def _reserve(size: int) -> int:

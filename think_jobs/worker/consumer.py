@@ -36,6 +36,8 @@ REFUSED = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError)
 
 
 class Consumer(CeleryConsumer):  # type: ignore[misc]
+    _refused_logged_at = -REFUSED_LOG_EVERY_S  # monotonic time the refusal was last logged
+
     def ensure_connected(self, conn: Any) -> Any:
         conn.ensure_connection = functools.partial(
             conn.ensure_connection,
@@ -58,7 +60,7 @@ class Consumer(CeleryConsumer):  # type: ignore[misc]
 
     def _refused(self, exc: BaseException) -> None:
         now = time.monotonic()
-        if now >= getattr(self, "_refused_logged_at", -REFUSED_LOG_EVERY_S) + REFUSED_LOG_EVERY_S:
+        if now >= self._refused_logged_at + REFUSED_LOG_EVERY_S:
             self._refused_logged_at = now
             log.error(
                 "Redis refuses writes (%s: %s): is its maxmemory reached, or is it a read-only "
