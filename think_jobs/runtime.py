@@ -64,6 +64,7 @@ class ThinkJobs:
             self.settings.database_url,
             pool_size=self.settings.db_pool_size,
             idle_transaction_timeout_s=self.settings.db_idle_transaction_timeout_s,
+            pooler=self.settings.db_pooler,
         )
         self.keys = Keys(self.settings.key_prefix)
         self.clients = RedisClients(

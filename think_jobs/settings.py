@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from think_jobs.errors import ConfigurationError
@@ -153,6 +153,15 @@ class Settings(BaseSettings):
         "agent's row lock, and with it the agent and every submit to it, for good.",
     )
 
+    db_pooler: Literal["none", "transaction"] = Field(
+        "none",
+        description="`transaction` when a connection pooler in transaction mode (PgBouncer, "
+        "RDS Proxy, Supavisor; right for session mode too) stands between the processes and "
+        "PostgreSQL: no `options` at connect (poolers refuse them), no prepared statements (a "
+        "pooler hands each transaction to any server session), and "
+        "`db_idle_transaction_timeout_s` set by `SET LOCAL` in each write transaction.",
+    )
+
     api_tokens: TokenList = Field(
         (), description="Comma-separated bearer tokens of the web app with read and write scope."
     )
@@ -263,6 +272,15 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(token.strip() for token in value.split(",") if token.strip())
         return value
+
+    @model_validator(mode="after")
+    def _pooler_needs_postgresql(self) -> Settings:
+        if self.db_pooler != "none" and not self.database_url.startswith("postgresql"):
+            raise ValueError(
+                "db_pooler (THINK_JOBS_DB_POOLER) is for a pooler in front of PostgreSQL; "
+                "leave it `none` with this database_url"
+            )
+        return self
 
     @property
     def effective_broker_url(self) -> str:

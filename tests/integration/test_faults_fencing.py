@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from tests.support.fencing_faults import (
     workers,
     zombies,
 )
+from tests.support.pgbouncer import pgbouncer
 from tests.support.processes import WorkerProcess
 from tests.support.proxy import proxy_to
 from think_jobs import ThinkJobs
@@ -175,8 +176,21 @@ def database_now(jobs: ThinkJobs) -> datetime:
         return server_now(conn)
 
 
+@pytest.fixture(params=["direct", "pooler"])
+def route(request: pytest.FixtureRequest, fault_env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """How the workers reach PostgreSQL: directly, or through a pooler in transaction mode
+    (``db_pooler``: the bound is then set by each write transaction, not by the session)."""
+    if request.param == "direct":
+        yield {}
+        return
+    url = fault_env["THINK_JOBS_DATABASE_URL"]
+    with pgbouncer(url, server_sessions=4) as bouncer:
+        pooled = bouncer.url_of(url)
+        yield {"THINK_JOBS_DATABASE_URL": pooled, "THINK_JOBS_DB_POOLER": "transaction"}
+
+
 def test_a_worker_frozen_inside_a_transaction_holds_its_agent_only_until_postgresql_ends_it(
-    fault_jobs: ThinkJobs, fault_env: dict[str, str]
+    fault_jobs: ThinkJobs, fault_env: dict[str, str], route: dict[str, str]
 ) -> None:
     """SIGSTOP lands between a heartbeat's renewal, which locks the agent's row, and its
     COMMIT. To hit that window every time, the test holds the row itself, so the renewal
@@ -185,7 +199,7 @@ def test_a_worker_frozen_inside_a_transaction_holds_its_agent_only_until_postgre
     ``db_idle_transaction_timeout_s``: a submit to the agent, which needs the row, returns
     instead of waiting for ever; the lease lapses, another worker finishes the frozen turn,
     then the new one; and the frozen worker, resumed, writes nothing stale."""
-    env = {**fault_env, "THINK_JOBS_DB_IDLE_TRANSACTION_TIMEOUT_S": "3"}
+    env = {**fault_env, **route, "THINK_JOBS_DB_IDLE_TRANSACTION_TIMEOUT_S": "3"}
     admitted = submit_load(fault_jobs, agents=1, per_agent=1, words=80, delay_s=0.1)
     agent = fault_jobs.get_agent(Recorder, "agent-0")
     with workers([env]) as [frozen]:

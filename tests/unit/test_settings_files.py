@@ -1,4 +1,5 @@
-"""Settings from files in $THINK_JOBS_SECRETS_DIR (Docker secrets), the environment winning."""
+"""Settings from files in $THINK_JOBS_SECRETS_DIR (Docker secrets), the environment winning;
+settings that contradict each other refused."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from think_jobs.errors import ConfigurationError
 from think_jobs.settings import load_settings
 
 
@@ -22,3 +24,15 @@ def test_a_setting_can_come_from_a_secret_file(
     monkeypatch.setenv("THINK_JOBS_SECRET_KEY", "from-the-environment")
     winner = load_settings().secret_key
     assert winner is not None and winner.get_secret_value() == "from-the-environment"
+
+
+def test_a_pooler_setting_with_a_database_it_cannot_front_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("THINK_JOBS_DB_POOLER", "transaction")
+    with pytest.raises(ConfigurationError, match="leave it `none` with this database_url"):
+        load_settings(database_url="sqlite:///think_jobs.db")
+    pooled = load_settings(database_url="postgresql+psycopg://u@pooler:6432/db")
+    assert pooled.db_pooler == "transaction"
+    with pytest.raises(ConfigurationError, match="db_pooler"):
+        load_settings(database_url="postgresql+psycopg://u@pooler:6432/db", db_pooler="session")

@@ -19,14 +19,23 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Connection, Engine, create_engine, event, exc
 from sqlalchemy.engine import URL, make_url
 
 from think_jobs.errors import ConfigurationError, StorageUnavailableError
 
-__all__ = ["ConcurrentWrite", "Connection", "Database", "check_url", "create_db_engine"]
+__all__ = [
+    "ConcurrentWrite",
+    "Connection",
+    "Database",
+    "Pooler",
+    "check_url",
+    "create_db_engine",
+]
+
+Pooler = Literal["none", "transaction"]
 
 _WRITE = "think_jobs_write"
 # A TCP connection to a server that vanished does not fail, it hangs: bound connecting, and
@@ -82,25 +91,83 @@ def _ping_rested_connections(engine: Engine) -> None:
             raise exc.DisconnectionError(f"pooled connection is dead: {error}") from error
 
 
-def _pg_connect_args(parsed: URL, idle_transaction_timeout_s: float | None) -> dict[str, Any]:
+def _pg_connect_args(
+    parsed: URL, idle_transaction_timeout_s: float | None, pooler: Pooler
+) -> dict[str, Any]:
     """libpq's connection parameters: the timeouts above, and the server's own bound on a
-    session idle inside a transaction, added to any ``options`` the URL sets."""
+    session idle inside a transaction, added to any ``options`` the URL sets. Behind a pooler
+    neither the bound nor prepared statements can belong to the session: a pooler refuses
+    ``options`` at connect, and in transaction mode hands each transaction to whichever
+    server session is free, where a statement psycopg prepared on another does not exist
+    (the bound is then set in each write transaction: ``_bound_idle_write_transactions``)."""
     args: dict[str, Any] = dict(_PG_CONNECT)
+    if pooler == "transaction":
+        if parsed.get_driver_name() == "psycopg":
+            args["prepare_threshold"] = None
+        return args
     if idle_transaction_timeout_s is not None:
-        ms = max(1, round(idle_transaction_timeout_s * 1000))
         given = parsed.query.get("options")
-        own = f"-c idle_in_transaction_session_timeout={ms}"
+        own = f"-c idle_in_transaction_session_timeout={_ms(idle_transaction_timeout_s)}"
         args["options"] = f"{given} {own}" if isinstance(given, str) and given else own
     return args
 
 
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+def _bound_idle_write_transactions(engine: Engine, idle_transaction_timeout_s: float) -> None:
+    """Behind a pooler: each write transaction asks PostgreSQL to end it when left idle past
+    the bound (``SET LOCAL`` ends with the transaction, so nothing stays on a server session
+    another client gets next). Reads lock no rows and one-statement writes are never idle
+    inside a transaction, so they go without."""
+    set_bound = f"SET LOCAL idle_in_transaction_session_timeout = {_ms(idle_transaction_timeout_s)}"
+
+    @event.listens_for(engine, "begin")
+    def on_begin(conn: Connection) -> None:
+        if conn.get_execution_options().get(_WRITE, False):
+            conn.exec_driver_sql(set_bound)
+
+
+def _check_sessions_bound(engine: Engine, idle_transaction_timeout_s: float) -> None:
+    """Refuse a new session that did not take the bound from its ``options``: a pooler that
+    drops the parameter (PgBouncer's ``ignore_startup_parameters = options``) would leave a
+    paused process free to hold the rows it locked for good, without a word."""
+    wanted = str(_ms(idle_transaction_timeout_s))
+
+    @event.listens_for(engine, "connect")
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute(_SESSION_BOUND)
+            found = cursor.fetchone()
+        dbapi_connection.rollback()
+        if found is None or str(found[0]) != wanted:
+            shown = "nothing" if found is None else f"{found[0]} ms"
+            raise ConfigurationError(
+                f"the database session runs with idle_in_transaction_session_timeout = "
+                f"{shown}, not the {wanted} ms think-jobs asked for at connect: something "
+                f"between this process and PostgreSQL dropped the `options`; {_POOLER_HINT}"
+            )
+
+
+_SESSION_BOUND = (
+    "SELECT setting FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'"
+)
+
+
 def create_db_engine(
-    url: str, *, pool_size: int, idle_transaction_timeout_s: float | None = None
+    url: str,
+    *,
+    pool_size: int,
+    idle_transaction_timeout_s: float | None = None,
+    pooler: Pooler = "none",
 ) -> Engine:
     """An engine for ``url``; nothing connects until the first operation. On PostgreSQL a
     session left idle inside a transaction for ``idle_transaction_timeout_s`` is ended by the
     server (its transaction rolled back, its locks freed): a process paused or cut off
-    between two statements of a transaction cannot hold the rows it locked for good."""
+    between two statements of a transaction cannot hold the rows it locked for good.
+    ``pooler="transaction"``: a connection pooler in transaction mode stands in front of
+    PostgreSQL (``_pg_connect_args``)."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         engine = create_engine(
@@ -116,11 +183,16 @@ def create_db_engine(
         pool_size=pool_size,
         max_overflow=pool_size,
         connect_args=(
-            _pg_connect_args(parsed, idle_transaction_timeout_s)
+            _pg_connect_args(parsed, idle_transaction_timeout_s, pooler)
             if parsed.get_backend_name() == "postgresql"
             else {}
         ),
     )
+    if idle_transaction_timeout_s is not None:
+        if pooler == "transaction":
+            _bound_idle_write_transactions(engine, idle_transaction_timeout_s)
+        else:
+            _check_sessions_bound(engine, idle_transaction_timeout_s)
     _ping_rested_connections(engine)
     _drop_read_only_sessions(engine)
     return engine
@@ -172,10 +244,31 @@ class ConcurrentWrite(Exception):
     row first: look again (the transaction was rolled back)."""
 
 
+_POOLER_HINT = (
+    "if a connection pooler (PgBouncer, RDS Proxy, Supavisor) stands in front of PostgreSQL, "
+    "set THINK_JOBS_DB_POOLER=transaction"
+)
+# invalid_sql_statement_name, duplicate_prepared_statement: a statement psycopg prepared on
+# one server session, looked for on another that a pooler handed over
+_PREPARED_ELSEWHERE = frozenset({"26000", "42P05"})
+
+
+def _pooler_trouble(orig: BaseException | None) -> bool:
+    """Whether the driver's error is what a pooler does to a session-bound client: refuse a
+    startup parameter, or lose a prepared statement between two server sessions."""
+    text = str(orig)
+    return (
+        getattr(orig, "sqlstate", None) in _PREPARED_ELSEWHERE
+        or "unsupported startup parameter" in text
+        or "prepared statement" in text
+    )
+
+
 @contextmanager
 def _errors_mapped() -> Iterator[None]:
     """The package's errors for what the driver raises: a unique constraint refusing a write
-    (``ConcurrentWrite``), an unreachable database, tables that were never created."""
+    (``ConcurrentWrite``), an unreachable database, tables that were never created, a pooler
+    the settings do not know about (which refuses to connect, or loses prepared statements)."""
     try:
         yield
     except exc.IntegrityError as error:
@@ -183,10 +276,19 @@ def _errors_mapped() -> Iterator[None]:
     except (exc.OperationalError, exc.InterfaceError) as error:
         if "no such table" in str(error.orig):
             raise ConfigurationError(_NOT_MIGRATED) from error
-        raise StorageUnavailableError(f"database unavailable: {error.orig}") from error
+        if "unsupported startup parameter" in str(error.orig):
+            raise ConfigurationError(
+                f"the database refused to connect ({error.orig}); {_POOLER_HINT}"
+            ) from error
+        hint = f"; {_POOLER_HINT}" if _pooler_trouble(error.orig) else ""
+        raise StorageUnavailableError(f"database unavailable: {error.orig}{hint}") from error
     except exc.ProgrammingError as error:
         if "does not exist" in str(error.orig) and "relation" in str(error.orig):
             raise ConfigurationError(_NOT_MIGRATED) from error
+        if _pooler_trouble(error.orig):
+            raise StorageUnavailableError(
+                f"database unavailable: {error.orig}; {_POOLER_HINT}"
+            ) from error
         raise
     except exc.DBAPIError as error:
         if error.connection_invalidated:
@@ -198,12 +300,18 @@ class Database:
     """Owns the engine; hands out read and write transactions."""
 
     def __init__(
-        self, url: str, *, pool_size: int, idle_transaction_timeout_s: float | None = None
+        self,
+        url: str,
+        *,
+        pool_size: int,
+        idle_transaction_timeout_s: float | None = None,
+        pooler: Pooler = "none",
     ) -> None:
         self.url = url
         self._dialect: str | None = None
         self._pool_size = pool_size
         self._idle_transaction_timeout_s = idle_transaction_timeout_s
+        self._pooler: Pooler = pooler
         self._engine: Engine | None = None
         self._lock = threading.Lock()
         self._closed = False  # once closed, no connection goes back into the pool
@@ -221,6 +329,7 @@ class Database:
                         self.url,
                         pool_size=self._pool_size,
                         idle_transaction_timeout_s=self._idle_transaction_timeout_s,
+                        pooler=self._pooler,
                     )
                 engine = self._engine
         return engine
