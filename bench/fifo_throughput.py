@@ -92,13 +92,19 @@ class Drain:
 
 
 def drain(
-    run: Scratch, *, expected: int, concurrency: int, timeout_s: float, plain: bool = False
+    run: Scratch,
+    *,
+    expected: int,
+    concurrency: int,
+    timeout_s: float,
+    plain: bool = False,
+    extra_env: dict[str, str] | None = None,
 ) -> Drain:
     """Start 2 workers on what is queued; time from the first finish to the last, and the
     workers' CPU time from ready to done. ``plain``: turns that mark nothing, counted and
-    timed in the database."""
+    timed in the database. ``extra_env``: the workers' settings that differ from ``run``'s."""
     jobs = run.jobs
-    with worker_processes(run, count=2, concurrency=concurrency) as workers:
+    with worker_processes(run, count=2, concurrency=concurrency, extra_env=extra_env) as workers:
         cpu_before = sum(w.cpu_s() for w in workers)
         deadline = time.monotonic() + timeout_s
         while (completed(jobs) if plain else marked(jobs)) < expected:
