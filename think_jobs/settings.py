@@ -238,6 +238,16 @@ class Settings(BaseSettings):
     celery_task_events: bool = Field(
         True, description="Workers send Celery task events (for Flower); about 10 % of CPU."
     )
+    worker_handover_s: float | None = Field(
+        None,
+        ge=0,
+        description="How long a worker told to stop (SIGTERM: Celery's warm shutdown) lets its "
+        "running turns go on before it hands each one over: the model is stopped, the partial "
+        "reply stored and the agent released, and a worker that runs on continues the turn at "
+        "once. Unset: wait for the turns to end, as Celery does. Set it below the grace period "
+        "of whatever stops workers (Kubernetes 30 s, `docker stop` 10 s): a turn that the kill "
+        "ends instead waits for its lease to lapse (`lease_ttl_s`) before it goes on.",
+    )
     worker_gc_freeze: bool = Field(
         True,
         description="A worker started from the command line (`think-jobs worker`, `celery "

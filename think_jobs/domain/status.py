@@ -43,13 +43,20 @@ class StopKind(StrEnum):
     CANCELLED = "cancelled"  # cancel_submission / cancel_chat / a reset
     SIGNAL = "signal"  # the caller's in-process signal (or its callback raised)
     STALLED = "stalled"  # no chunk for stall_timeout_s: handed to recovery
+    HANDED_OVER = "handed_over"  # its worker is stopping (worker_handover_s): handed to recovery
     LEASE_LOST = "lease_lost"  # another attempt owns the turn now
     TIMED_OUT = "timed_out"  # the turn ran past turn_timeout_s: it ends in error
 
     @property
     def interrupts(self) -> bool:
         """The attempt stops but the turn is not over: another attempt continues it."""
-        return self in (StopKind.STALLED, StopKind.LEASE_LOST)
+        return self in (StopKind.STALLED, StopKind.HANDED_OVER, StopKind.LEASE_LOST)
+
+    @property
+    def hands_to_recovery(self) -> bool:
+        """The attempt stores its partial reply and puts the turn back for a continuation,
+        waiting for a tool it is in (the continuation would run the tool again)."""
+        return self in (StopKind.STALLED, StopKind.HANDED_OVER)
 
 
 class ApprovalStatus(StrEnum):

@@ -196,7 +196,7 @@ class Attempt:
         outcome = self._run_model(context, assembler)
         reason = self.watch.reason
         if reason is not None and reason.interrupts:
-            return Interrupted(reason, outcome if reason.kind is StopKind.STALLED else None)
+            return Interrupted(reason, outcome if reason.kind.hands_to_recovery else None)
         if self.writer.lost:
             return Interrupted(LEASE_LOST)
         return Finished(outcome)

@@ -211,10 +211,13 @@ def run_and_release(
     agent = services.agents.instantiate(claim.agent_type, claim.agent_name)
     tools = _tools(services, agent, claim, lease, caller)
     run = _Run(services, agent, claim, caller, tools, keep_lease=keep_lease)
+    if caller is None:  # a drain's turn: a stopping worker hands it over (engine.handover)
+        services.running.add(tools.watch)
     try:
         with _active(agent.address, lease):
             result = run.perform()
     finally:
+        services.running.discard(tools.watch)
         tools.watch.close()
         tools.writer.close()  # after done() nothing; else what it held, if the lease allows
         services.clients.release(tools.writer.client)  # the turn's stream connection
@@ -430,10 +433,15 @@ class _Run:
             self.lost = True
 
     def finish_release(self) -> Released | None:
-        """Give the lease back unless it was released with the final write, lost, or kept."""
+        """Give the lease back unless it was released with the final write, lost, or kept:
+        for the next turn the final write claimed, or for the one the drain claims next —
+        unless the process hands its turns over (``engine.handover``), when that one is
+        better left to a worker that runs on."""
         if self.tools.lease.released:
             return self.released
-        if self.lost or self.keep_lease:
+        claimed_next = isinstance(self.following, Claimed)
+        handing_over = self.services.running.handing_over
+        if self.lost or (self.keep_lease and (claimed_next or not handing_over)):
             return None
         ended_seq = self.claim.turn.seq if self.ended and self.continuation is None else None
         return _release(self.tools.lease, self.claim, ended_seq)

@@ -8,12 +8,13 @@ and is its ``AgentDirectory``; every ``Think`` is an ``AgentHooks``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from think_jobs.callbacks import ChatStartEvent
 from think_jobs.context import TurnContext
 from think_jobs.db.engine import Database
+from think_jobs.engine.handover import RunningTurns
 from think_jobs.keys import Keys
 from think_jobs.models.base import Model
 from think_jobs.results import ChatResponseResult, SubmissionInspection
@@ -90,6 +91,7 @@ class Services:
     dispatch: Dispatcher
     revocations: RevocationPoller
     agents: AgentDirectory
+    running: RunningTurns = field(default_factory=RunningTurns)
 
     @property
     def redis(self) -> Redis:

@@ -111,7 +111,7 @@ class TurnWatch:
         self._renewal_lock = threading.Lock()
         self._lost = False
         self._stopped_at: float | None = None  # when its time to wind up began (monotonic)
-        self._stalled = False  # stalled, and since then told nothing in ``_ENDS_THE_TURN``
+        self._stalled = False  # stalled or handed over, told nothing in ``_ENDS_THE_TURN`` since
         self._in_tool = False  # the attempt is running one of the agent's tools
         self._setting_up = False  # before its model: no chunk is due yet (``setting_up``)
         self._written = False  # the final write went in: what runs now is inside the turn
@@ -197,7 +197,7 @@ class TurnWatch:
         if self.reason is None:
             self.reason = StopReason(kind, text)
             self._stopped_at = time.monotonic()
-            self._stalled = kind is StopKind.STALLED
+            self._stalled = kind.hands_to_recovery
         elif kind in _ENDS_THE_TURN and (self._stalled or self._stopped_at is None):
             # a stalled attempt's wait for its tool, or a written one's for its hooks, ends:
             # its time to wind up begins now
@@ -205,6 +205,13 @@ class TurnWatch:
             if self._in_tool or self._stopped_at is None:
                 self._stopped_at = time.monotonic()
         self._controller.abort(text)
+
+    def hand_over(self, text: str) -> None:
+        """Stop the attempt so that another worker continues its turn (``HANDED_OVER``: its
+        partial reply is stored and the turn put back), unless it was told to stop already
+        or its final write went in (the turn's outcome is stored: nothing to hand over)."""
+        if not self._written and not self.stopped:
+            self.stop(StopKind.HANDED_OVER, text)
 
     def _on_local_abort(self, reason: object) -> None:
         self.stop(StopKind.SIGNAL, None if reason is None else str(reason))

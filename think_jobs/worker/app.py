@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -81,8 +82,9 @@ def close_connections(app: Celery) -> None:
 
 def _connect_lifecycle(app: Celery, jobs: ThinkJobs) -> None:
     """Prefork children drop inherited connections; a ``celery worker`` sizes the stream pool
-    from its concurrency and runs the sweeper and its presence heartbeat; logging follows
-    ``log_level``/``log_json`` (``observe.logs``)."""
+    from its concurrency and runs the sweeper and its presence heartbeat, and, told to stop,
+    hands its running turns over after ``worker_handover_s`` (``engine.handover``); logging
+    follows ``log_level``/``log_json`` (``observe.logs``)."""
     running: list[Sweeper | presence.Heartbeat] = []
 
     def on_process_init(**_: Any) -> None:
@@ -105,6 +107,7 @@ def _connect_lifecycle(app: Celery, jobs: ThinkJobs) -> None:
 
     _connect_logging(app, jobs)
     _connect_heap_freeze(app, jobs)
+    _connect_handover(app, jobs)
     _connect(
         app,
         (signals.worker_process_init, on_process_init),
@@ -112,6 +115,49 @@ def _connect_lifecycle(app: Celery, jobs: ThinkJobs) -> None:
         (signals.worker_ready, on_ready),
         (signals.worker_shutdown, on_shutdown),
     )
+
+
+def _connect_handover(app: Celery, jobs: ThinkJobs) -> None:
+    """A worker of this app, once ready, runs its turns to their end; told to stop (a warm
+    shutdown: SIGTERM), it hands them over after ``worker_handover_s``. A worker embedded
+    in a test (``think_jobs.testing``) is stopped without that signal."""
+    ready: list[bool] = []
+
+    def on_ready(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is app:
+            jobs.services.running.resume()
+            ready.append(True)
+
+    def on_shutting_down(how: str = "", **_: Any) -> None:
+        if ready and how == "Warm":  # not a cold stop: that one ends the process now
+            _hand_over_later(jobs)
+
+    _connect(
+        app,
+        (signals.worker_ready, on_ready),
+        (signals.worker_shutting_down, on_shutting_down),
+    )
+
+
+def _hand_over_later(jobs: ThinkJobs) -> None:
+    """Once ``worker_handover_s`` has passed (unset: never), hand over the turns this process
+    still runs. Called from the signal handler of a warm shutdown: it only starts a timer."""
+    after_s = jobs.settings.worker_handover_s
+    if after_s is None:
+        return
+
+    def hand_over() -> None:
+        count = jobs.services.running.hand_over("its worker is stopping")
+        log.warning(
+            "worker stopping: handed over %d running turn(s) after %g s (worker_handover_s)",
+            count,
+            after_s,
+        )
+
+    timer = threading.Timer(after_s, hand_over)
+    timer.daemon = True
+    timer.name = "think-jobs-handover"
+    timer.start()
 
 
 def _connect(app: Celery, *handlers: tuple[Any, Callable[..., None]]) -> None:
