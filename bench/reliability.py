@@ -2,6 +2,8 @@
 
 Scenarios, each against real worker processes, PostgreSQL and Redis:
 - SIGKILL a worker mid-stream (repeatedly, while 2 workers drain the load);
+- rolling deploys: SIGTERM the worker running a turn (``worker_handover_s``), replace it, and
+  how long the turn took to go on elsewhere and the worker to exit;
 - SIGKILL the process running a blocking ``save_messages`` turn;
 - stop Redis (broker and streams) under load, start it again empty (and how long the agents
   took to resume after it came back);
@@ -134,6 +136,73 @@ def worker_kills(scale: int) -> Report:
             for process in workers:
                 process.stop()
         return check(jobs, admitted, Report("SIGKILL worker mid-stream", faults=kills))
+
+
+def deploys(scale: int) -> Report:
+    """``scale`` rolling deploys under load: a new worker starts, then the one running a turn
+    is told to stop (SIGTERM, ``worker_handover_s`` 0.5 s)."""
+    with environment(THINK_JOBS_WORKER_HANDOVER_S="0.5") as (jobs, env):
+        admitted = submit_load(jobs, agents=6, per_agent=scale, words=100, delay_s=0.03)
+        workers = [WorkerProcess(env, app=APP, concurrency=2, pool="threads") for _ in "ab"]
+        continued: list[float] = []
+        exits: list[tuple[float, int]] = []
+        try:
+            for process in workers:
+                process.wait_ready()
+            for _ in range(scale):
+                workers.append(WorkerProcess(env, app=APP, concurrency=2, pool="threads"))
+                workers[-1].wait_ready()  # the new one first, as a rolling deploy does
+                stopping = busy_worker(jobs, workers, lambda call: call["chunks"] >= 5, admitted)
+                if stopping is None:
+                    break
+                continued.extend(_deploy(jobs, stopping, exits, admitted))
+                workers.remove(stopping)
+            wait_until(lambda: unfinished(jobs, admitted) == 0, 300)
+        finally:
+            for process in workers:
+                process.stop()
+        report = check(jobs, admitted, Report("SIGTERM mid-stream, handed over", len(exits)))
+    codes = sorted({code for _, code in exits})
+    report.problems.append(
+        f"{len(continued)} handed-over turns went on {_spread(continued)} after SIGTERM; the "
+        f"stopping workers exited {_spread([s for s, _ in exits])} after it (exit codes {codes})"
+    )
+    return report
+
+
+def _deploy(
+    jobs: ThinkJobs,
+    stopping: WorkerProcess,
+    exits: list[tuple[float, int]],
+    admitted: dict[str, list[tuple[str, str]]],
+) -> list[float]:
+    """SIGTERM ``stopping``; seconds until its exit, and until another worker started a
+    model call of each turn it handed over (a turn it ran to its end first counts none)."""
+    pid = stopping.process.pid
+    labels = {call["label"] for call in open_calls(jobs) if call["pid"] == pid}
+    ids = {label: sid for entries in admitted.values() for label, sid in entries}
+    marker, sent = len(read_events(jobs)), time.monotonic()
+    os.killpg(pid, signal.SIGTERM)
+    stopping.process.wait(120)
+    exits.append((time.monotonic() - sent, stopping.process.returncode))
+    stopping.stop()
+    went_on: dict[str, float] = {}
+
+    def settled(label: str) -> bool:  # went on elsewhere, or ended by the stopping worker
+        if label in went_on:
+            return True
+        agent = jobs.get_agent(Recorder, label.split("#")[0])
+        found = agent.inspect_submission(ids[label])
+        return found is not None and found.status == "completed"
+
+    def all_settled() -> bool:
+        for e in read_events(jobs):
+            if e["tick"] > marker and e["what"] == "start" and e["label"] in labels:
+                went_on.setdefault(e["label"], time.monotonic() - sent)
+        return all(settled(label) for label in labels)
+
+    wait_until(all_settled, 120, interval_s=0.01)
+    return list(went_on.values())
 
 
 CALLER = """
@@ -536,6 +605,7 @@ def _fired_once(occurrences: list[tuple[Think, datetime]], report: Report, *, fi
 SCENARIOS: dict[str, Callable[[int], Report]] = {
     "worker-kills": worker_kills,
     "caller-kills": lambda scale: caller_kills(max(2, scale // 2)),
+    "deploys": deploys,
     "redis-outage": redis_outage,
     "redis-full": redis_full,
     "redis-failover": redis_failover,

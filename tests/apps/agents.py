@@ -61,8 +61,10 @@ class Journal:
         if self.path is not None:
             if not os.path.exists(self.path):
                 return []
-            with open(self.path) as journal:
-                lines = [json.loads(line) for line in journal if line.strip()]
+            with open(self.path) as journal:  # a last line still being written is left out
+                lines = [
+                    json.loads(line) for line in journal if line.endswith("\n") and line.strip()
+                ]
             return [{**event, "tick": tick} for tick, event in enumerate(lines, start=1)]
         assert self.client is not None
         return [json.loads(raw) for raw in self.client.lrange(self.key, 0, -1)]
