@@ -19,11 +19,15 @@ from pathlib import Path
 import pytest
 
 from tests.apps.agents import read_events
+from tests.support.builders import user, wait_for_status
 from tests.support.faults import Report, check, submit_load, unfinished
 from tests.support.fencing_faults import open_calls
 from tests.support.processes import WorkerProcess, worker_processes
-from think_jobs import ThinkJobs
-from think_jobs.testing import wait_until
+from think_jobs import Think, ThinkJobs
+from think_jobs.domain.records import Drained, Idle
+from think_jobs.engine import drain
+from think_jobs.models import ScriptedModel
+from think_jobs.testing import wait_until, worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("backend", ["postgres"], indirect=True)]
 
@@ -92,3 +96,33 @@ def test_by_default_a_stopping_worker_runs_its_turn_to_the_end(
     assert _calls(jobs, "agent-0#0") == [stopping.process.pid]
     assert report.problems == [], "\n".join(report.problems)
     assert report.completed == report.submissions == 1
+
+
+class Quiet(Think):
+    def get_model(self) -> ScriptedModel:
+        return ScriptedModel("ok")
+
+
+def test_a_drain_that_reaches_a_stopping_worker_is_sent_on_unrun(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    """A drain the stopping worker received before it stopped consuming starts once it hands
+    its turns over: it claims nothing (a claim would only be handed over, costing the turn one
+    of its recoveries) and goes back to the queue for a worker that runs on."""
+    stopping = make_jobs()
+    stopping.register(Quiet)
+    agent = stopping.get_agent(Quiet, "a")
+    submitted = agent.submit_messages([user("u1", "hello")])
+    queue = stopping.settings.queue
+    agent_id = stopping.services.agents.agent_id_of(agent, create=False)
+    assert agent_id is not None
+    before = stopping.redis.llen(queue)
+    stopping.services.running.hand_over("its worker is stopping")
+    assert drain.drain(stopping.services, agent_id) == Drained(0, Idle.STOPPING)
+    assert stopping.redis.llen(queue) == before + 1  # sent on
+    pending = agent.inspect_submission(submitted.submission_id)
+    assert pending is not None and pending.status == "pending"  # unrun
+    runs_on = make_jobs()
+    runs_on.register(Quiet)
+    with worker(runs_on):
+        wait_for_status(runs_on.get_agent(Quiet, "a"), submitted.submission_id, "completed")

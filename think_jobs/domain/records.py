@@ -164,6 +164,7 @@ class Idle(StrEnum):
     APPROVAL = "approval"  # the head waits for a human to answer a tool call's approval
     UNKNOWN_AGENT = "unknown-agent"  # no agent row has this id (deleted)
     UNREGISTERED = "unregistered"  # this process does not serve the agent's type
+    STOPPING = "stopping"  # this worker hands its turns over (worker_handover_s): passed on
 
 
 @dataclass(frozen=True)

@@ -40,10 +40,14 @@ def drain(services: Services, agent_id: int, *, swept: bool = False) -> Drained:
     were queued behind the last one (saves a Celery round trip per turn when turns are quick).
     Then the next drain goes to the back of the queue, so an agent with a long backlog takes
     its share, not the workers; a turn admitted meanwhile is handed on by the release. A drain
-    the sweeper sent (``swept``) first drops its mark, so the next sweep may send another.
+    the sweeper sent (``swept``) first drops its mark, so the next sweep may send another. A
+    drain that reaches a worker handing its turns over (``engine.handover``) is sent on.
     """
     if swept:
         _forget_sweep_mark(services, agent_id)
+    if services.running.handing_over:
+        handoff.passed_on(services, agent_id)
+        return Drained(0, Idle.STOPPING)
     agent = _agent_ref(services, agent_id)
     if isinstance(agent, Idle):
         return Drained(0, agent)

@@ -27,6 +27,12 @@ def released(services: Services, agent: AgentRef, what: Released) -> None:
         services.dispatch.wake_callers(address)
 
 
+def passed_on(services: Services, agent_id: int) -> None:
+    """A drain reached a worker that hands its turns over (it is stopping): send it on to a
+    worker that runs on, rather than claim a turn only to hand it over."""
+    services.dispatch.enqueue_drain(agent_id)
+
+
 def caller_waits(services: Services, agent: AgentRef) -> None:
     """The head is a blocking turn only its own caller may run: wake it."""
     services.dispatch.wake_callers(agent_address(agent.agent_type, agent.agent_name))

@@ -6,8 +6,9 @@ turn it still runs: each attempt is stopped as a stalled one is (``StopKind.HAND
 its partial reply stored, the turn put back at the head of its agent's queue, the lease given
 back and the agent nudged — so a worker that runs on continues the turn at once, instead of
 after the lease lapses once the stopping worker is killed. From then on a drain of this
-process keeps no lease for a next turn, and a turn it claims anyway (one already on its way)
-is handed over as it starts.
+process keeps no lease for a next turn, a drain that starts (one the worker received before
+it stopped consuming) is sent on to the queue unrun, and a turn claimed anyway (by the final
+write of one that ended just then) is handed over as it starts.
 """
 
 from __future__ import annotations
