@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy import Engine, text
 
 from tests.conftest import _pg_admin
+from tests.support.pg_sessions import left_idle_until_ended
 from think_jobs import StorageUnavailableError
 from think_jobs.db import engine as engine_module
 from think_jobs.db.engine import Database
-from think_jobs.testing import wait_until
 
 pytestmark = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 
@@ -144,17 +144,8 @@ def test_sessions_ask_postgresql_to_end_them_when_idle_in_a_transaction(
                 for name in ("idle_in_transaction_session_timeout", "statement_timeout")
             ]
         assert shown == ["200ms", "5s"]
-        with pytest.raises(StorageUnavailableError), database.read() as conn:
-            pid = int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
-            wait_until(lambda: not _alive(pid), 10, interval_s=0.05)  # idle, then ended
-            conn.exec_driver_sql("SELECT 1")
+        left_idle_until_ended(database.read())
         with database.read() as conn:
             assert conn.exec_driver_sql("SELECT 1").scalar() == 1
     finally:
         database.close()
-
-
-def _alive(pid: int) -> bool:
-    with _pg_admin() as admin:
-        found = admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
-    return found is not None

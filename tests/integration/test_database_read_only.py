@@ -13,9 +13,6 @@ meanwhile."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 import pytest
 
 from tests.apps.agents import Recorder
@@ -38,17 +35,9 @@ def refusal(agent: Think, label: str) -> str:
 
 
 def test_a_failover_to_a_read_only_server_and_back_loses_nothing_and_strands_nothing(
-    make_jobs: Callable[..., ThinkJobs],
-    settings_env: dict[str, str],
-    database_url: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    fault_jobs: ThinkJobs, fault_env: dict[str, str], database_url: str
 ) -> None:
-    journal = str(tmp_path / "journal.jsonl")
-    monkeypatch.setenv("TJ_TEST_JOURNAL", journal)
-    fast = {"THINK_JOBS_LEASE_TTL_S": "2", "THINK_JOBS_SWEEP_INTERVAL_S": "0.5"}
-    env = {**settings_env, **fast, "TJ_TEST_JOURNAL": journal}
-    jobs = make_jobs(lease_ttl_s=2, sweep_interval_s=0.5)
+    jobs, env = fault_jobs, fault_env
     agent = jobs.get_agent(Recorder, "failover")
     database = database_url.rsplit("/", 1)[1]
     with worker_processes(env, count=1) as [worker]:

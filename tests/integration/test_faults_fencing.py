@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -52,22 +52,6 @@ from think_jobs.messages import message_text
 from think_jobs.testing import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("backend", ["postgres"], indirect=True)]
-
-FAST = {"THINK_JOBS_LEASE_TTL_S": "2", "THINK_JOBS_SWEEP_INTERVAL_S": "0.5"}
-
-
-@pytest.fixture
-def fault_env(
-    settings_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> dict[str, str]:
-    journal = str(tmp_path / "journal.jsonl")
-    monkeypatch.setenv("TJ_TEST_JOURNAL", journal)  # this process reads the same journal
-    return {**settings_env, **FAST, "TJ_TEST_JOURNAL": journal}
-
-
-@pytest.fixture
-def fault_jobs(make_jobs: Callable[..., ThinkJobs], fault_env: dict[str, str]) -> ThinkJobs:
-    return make_jobs(lease_ttl_s=2, sweep_interval_s=0.5)
 
 
 def assert_clean(report: Report, *, took_over: bool) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -21,12 +20,12 @@ from tests.apps.agents import Recorder
 from tests.conftest import _pg_admin, _sqlalchemy_pg
 from tests.support.builders import directive, wait_for_status
 from tests.support.fencing_faults import Load, zombies
+from tests.support.pg_sessions import left_idle_until_ended
 from tests.support.pgbouncer import PgBouncer, pgbouncer
 from tests.support.processes import worker_processes
 from think_jobs import ConfigurationError, StorageUnavailableError, ThinkJobs
 from think_jobs.db.engine import Database
 from think_jobs.db.migrate import upgrade
-from think_jobs.testing import wait_until
 
 pytestmark = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 
@@ -43,28 +42,24 @@ def _stored_user_messages(jobs: ThinkJobs, name: str) -> list[str]:
     return [m.id for m in jobs.get_agent(Recorder, name).get_messages() if m.role == "user"]
 
 
-def test_a_pooler_that_refuses_the_sessions_options_is_named_with_the_fix(
-    make_jobs: Callable[..., ThinkJobs], database_url: str, bouncer: PgBouncer
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        ("", "unsupported startup parameter: options"),  # PgBouncer's default
+        # it connects, without the bound: a paused process could then hold the rows it locked
+        # for good, so the session is checked
+        ("ignore_startup_parameters = options\n", "dropped the `options`"),
+    ],
+    ids=["refused", "dropped"],
+)
+def test_a_pooler_that_refuses_or_drops_the_sessions_options_is_named_with_the_fix(
+    make_jobs: Callable[..., ThinkJobs], database_url: str, extra: str, said: str
 ) -> None:
-    pooled = make_jobs(database_url=bouncer.url_of(database_url))
-    agent = pooled.get_agent(Recorder, "a")
-    with pytest.raises(ConfigurationError, match="THINK_JOBS_DB_POOLER=transaction") as refused:
-        agent.submit_messages([directive("m-1", label="a")])
-    assert "unsupported startup parameter: options" in str(refused.value)
-    assert _stored_user_messages(make_jobs(), "a") == []
-
-
-def test_a_pooler_that_drops_the_sessions_options_is_named_with_the_fix(
-    make_jobs: Callable[..., ThinkJobs], database_url: str
-) -> None:
-    """PgBouncer's ``ignore_startup_parameters = options`` connects, without the bound: a
-    paused process could then hold the rows it locked for good. The session is checked."""
-    with pgbouncer(database_url, extra="ignore_startup_parameters = options\n") as dropping:
-        pooled = make_jobs(database_url=dropping.url_of(database_url))
-        agent = pooled.get_agent(Recorder, "a")
-        with pytest.raises(ConfigurationError, match="dropped the `options`") as refused:
+    with pgbouncer(database_url, extra=extra) as pooler:
+        agent = make_jobs(database_url=pooler.url_of(database_url)).get_agent(Recorder, "a")
+        with pytest.raises(ConfigurationError, match="THINK_JOBS_DB_POOLER=transaction") as raised:
             agent.submit_messages([directive("m-1", label="a")])
-    assert "THINK_JOBS_DB_POOLER=transaction" in str(refused.value)
+    assert said in str(raised.value)
     assert _stored_user_messages(make_jobs(), "a") == []
 
 
@@ -115,20 +110,11 @@ def test_write_transactions_carry_the_bound_through_the_pooler(
             assert conn.exec_driver_sql(bound).scalar() == "300ms"
         with database.read() as conn:
             assert conn.exec_driver_sql(bound).scalar() == "0"
-        with pytest.raises(StorageUnavailableError), database.write() as conn:
-            pid = int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
-            wait_until(lambda: not _alive(pid), 10, interval_s=0.05)  # idle, then ended
-            conn.exec_driver_sql("SELECT 1")
+        left_idle_until_ended(database.write())
         with database.write() as conn:
             assert conn.exec_driver_sql("SELECT 1").scalar() == 1
     finally:
         database.close()
-
-
-def _alive(pid: int) -> bool:
-    with _pg_admin() as admin:
-        found = admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
-    return found is not None
 
 
 def test_an_empty_database_is_migrated_through_the_pooler(backend: str) -> None:
@@ -178,30 +164,15 @@ def test_a_worker_runs_turns_through_the_pooler(
 
 
 def test_workers_paused_past_the_lease_through_the_pooler_write_nothing_stale(
-    make_jobs: Callable[..., ThinkJobs],
-    settings_env: dict[str, str],
-    database_url: str,
-    bouncer: PgBouncer,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    fault_jobs: ThinkJobs, fault_env: dict[str, str], database_url: str, bouncer: PgBouncer
 ) -> None:
     """The fencing of issue 14 through the pooler: two workers sharing two server sessions,
-    the one running a turn frozen mid-stream for three lease TTLs, three times. Judged from
+    the one running a turn frozen mid-stream for three lease TTLs, twice. Judged from
     outside (a journal, the public API, the streams): every turn once, in order, nothing of a
     stale attempt stored or streamed."""
-    journal = str(tmp_path / "journal.jsonl")
-    monkeypatch.setenv("TJ_TEST_JOURNAL", journal)
-    env = {
-        **settings_env,
-        **POOLED,
-        "THINK_JOBS_DATABASE_URL": bouncer.url_of(database_url),
-        "THINK_JOBS_LEASE_TTL_S": "2",
-        "THINK_JOBS_SWEEP_INTERVAL_S": "0.5",
-        "TJ_TEST_JOURNAL": journal,
-    }
-    jobs = make_jobs(lease_ttl_s=2, sweep_interval_s=0.5)
+    env = {**fault_env, **POOLED, "THINK_JOBS_DATABASE_URL": bouncer.url_of(database_url)}
     load = Load(agents=3, per_agent=4, words=40, delay_s=0.03)
-    report = zombies(jobs, env, pauses=2, load=load, before_final_write=False)
+    report = zombies(fault_jobs, env, pauses=2, load=load, before_final_write=False)
     assert report.problems == [], "\n".join(report.problems)
     assert report.anomalies == (0, 0, 0, 0, 0, 0)
     assert report.completed == report.submissions and report.faults > 0

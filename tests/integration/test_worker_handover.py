@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -30,16 +29,6 @@ from think_jobs.models import ScriptedModel
 from think_jobs.testing import wait_until, worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("backend", ["postgres"], indirect=True)]
-
-
-@pytest.fixture
-def env(
-    settings_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> dict[str, str]:
-    journal = str(tmp_path / "journal.jsonl")
-    monkeypatch.setenv("TJ_TEST_JOURNAL", journal)  # this process reads the same journal
-    fast = {"THINK_JOBS_LEASE_TTL_S": "2", "THINK_JOBS_SWEEP_INTERVAL_S": "0.5"}
-    return {**settings_env, **fast, "TJ_TEST_JOURNAL": journal}
 
 
 def _running_on(jobs: ThinkJobs, workers: list[WorkerProcess]) -> WorkerProcess:
@@ -60,9 +49,9 @@ def _calls(jobs: ThinkJobs, label: str) -> list[int]:
 
 
 def test_a_stopping_worker_hands_its_turn_over_to_one_that_runs_on(
-    make_jobs: Callable[..., ThinkJobs], env: dict[str, str]
+    fault_jobs: ThinkJobs, fault_env: dict[str, str]
 ) -> None:
-    jobs = make_jobs(lease_ttl_s=2, sweep_interval_s=0.5)
+    jobs, env = fault_jobs, fault_env
     # three turns of one agent, each streaming 100 words 0.05 s apart (5 s); the drain running
     # the first would keep the agent's lease for the next
     admitted = submit_load(jobs, agents=1, per_agent=3, words=100, delay_s=0.05)
@@ -82,9 +71,9 @@ def test_a_stopping_worker_hands_its_turn_over_to_one_that_runs_on(
 
 
 def test_by_default_a_stopping_worker_runs_its_turn_to_the_end(
-    make_jobs: Callable[..., ThinkJobs], env: dict[str, str]
+    fault_jobs: ThinkJobs, fault_env: dict[str, str]
 ) -> None:
-    jobs = make_jobs(lease_ttl_s=2, sweep_interval_s=0.5)
+    jobs, env = fault_jobs, fault_env
     admitted = submit_load(jobs, agents=1, per_agent=1, words=60, delay_s=0.05)
     with worker_processes(env, count=1) as [stopping]:
         _running_on(jobs, [stopping])
