@@ -188,7 +188,7 @@ def create_db_engine(
             else {}
         ),
     )
-    if idle_transaction_timeout_s is not None:
+    if idle_transaction_timeout_s is not None and parsed.get_backend_name() == "postgresql":
         if pooler == "transaction":
             _bound_idle_write_transactions(engine, idle_transaction_timeout_s)
         else:
@@ -253,14 +253,11 @@ _POOLER_HINT = (
 _PREPARED_ELSEWHERE = frozenset({"26000", "42P05"})
 
 
-def _pooler_trouble(orig: BaseException | None) -> bool:
-    """Whether the driver's error is what a pooler does to a session-bound client: refuse a
-    startup parameter, or lose a prepared statement between two server sessions."""
-    text = str(orig)
-    return (
-        getattr(orig, "sqlstate", None) in _PREPARED_ELSEWHERE
-        or "unsupported startup parameter" in text
-        or "prepared statement" in text
+def _prepared_elsewhere(orig: BaseException | None) -> bool:
+    """Whether the driver's error is a prepared statement lost between two server sessions
+    (what a pooler in transaction mode does to psycopg's prepared statements)."""
+    return getattr(orig, "sqlstate", None) in _PREPARED_ELSEWHERE or "prepared statement" in str(
+        orig
     )
 
 
@@ -280,12 +277,12 @@ def _errors_mapped() -> Iterator[None]:
             raise ConfigurationError(
                 f"the database refused to connect ({error.orig}); {_POOLER_HINT}"
             ) from error
-        hint = f"; {_POOLER_HINT}" if _pooler_trouble(error.orig) else ""
+        hint = f"; {_POOLER_HINT}" if _prepared_elsewhere(error.orig) else ""
         raise StorageUnavailableError(f"database unavailable: {error.orig}{hint}") from error
     except exc.ProgrammingError as error:
         if "does not exist" in str(error.orig) and "relation" in str(error.orig):
             raise ConfigurationError(_NOT_MIGRATED) from error
-        if _pooler_trouble(error.orig):
+        if _prepared_elsewhere(error.orig):
             raise StorageUnavailableError(
                 f"database unavailable: {error.orig}; {_POOLER_HINT}"
             ) from error
