@@ -74,8 +74,16 @@ def workers(envs: list[dict[str, str]], *, app: str = APP) -> Iterator[list[Work
 
 
 def finish(jobs: ThinkJobs, admitted: Admitted, report: Report) -> Report:
+    """Judge once every submission has ended and every model call of a live process has too:
+    a worker resumed after the load finished ends its stale call at its next chunk, and a call
+    judged before its end is journalled would count as running for ever."""
     wait_until(lambda: unfinished(jobs, admitted) == 0, 240, interval_s=0.2)
+    wait_until(lambda: not any(_live(c["pid"]) for c in open_calls(jobs)), 60, interval_s=0.05)
     return check(jobs, admitted, report)
+
+
+def _live(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists() and _state(pid) != "Z"
 
 
 # -- what is running where (from the journal) --------------------------------------------------
