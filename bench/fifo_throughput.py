@@ -185,13 +185,23 @@ def run_round(run: Scratch, args: argparse.Namespace) -> Round:
     turns = drain(
         run, expected=count, concurrency=args.concurrency, timeout_s=timeout_s, plain=args.plain
     )
+    found = violations(jobs, admitted)
+    clear_turns(jobs, admitted)
+    return Round(bare, turns, found)
+
+
+def violations(jobs: ThinkJobs, admitted: dict[str, list[str]]) -> int:
+    """Order and exclusion violations of a drain, and turns it left unfinished."""
     unfinished, overlaps = table_violations(jobs)
-    violations = start_order_violations(jobs, admitted) + unfinished + overlaps
+    return start_order_violations(jobs, admitted) + unfinished + overlaps
+
+
+def clear_turns(jobs: ThinkJobs, admitted: dict[str, list[str]]) -> None:
+    """Forget a drained round: its turns, messages and recorded start orders."""
     with jobs.db.write() as conn:
         conn.execute(sa.text("DELETE FROM think_turns"))
         conn.execute(sa.text("DELETE FROM think_messages"))
     jobs.redis.delete(*(starts_key(jobs, name) for name in admitted))
-    return Round(bare, turns, violations)
 
 
 def run_backend(backend: str, args: argparse.Namespace) -> list[Figure]:

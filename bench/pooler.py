@@ -25,21 +25,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
-
-import sqlalchemy as sa
 
 from bench import measure, report
-from bench.agents import AGENT_CLASSES, OrderedPlain, starts_key
-from bench.fifo_throughput import (
-    Drain,
-    drain,
-    start_order_violations,
-    submit_all,
-    table_violations,
-)
+from bench.agents import OrderedPlain
+from bench.fifo_throughput import Drain, clear_turns, drain, submit_all, violations
 from bench.report import Figure, Target
-from bench.services import Scratch, scratch, settings_of
+from bench.services import Scratch, bench_jobs, scratch
 from tests.support.pgbouncer import pgbouncer
 from think_jobs import ThinkJobs
 
@@ -57,10 +48,7 @@ class Phase:
 @contextmanager
 def producer(env: dict[str, str]) -> Iterator[ThinkJobs]:
     """A ThinkJobs of ``env``'s settings with the bench agents registered."""
-    settings: dict[str, Any] = dict(settings_of(env))
-    jobs = ThinkJobs(**settings)
-    for agent_class in AGENT_CLASSES:
-        jobs.register(agent_class)
+    jobs = bench_jobs(env)
     try:
         yield jobs
     finally:
@@ -85,13 +73,9 @@ def run_phase(run: Scratch, env: dict[str, str], args: argparse.Namespace) -> Ph
         plain=True,
         extra_env=extra,
     )
-    unfinished, overlaps = table_violations(run.jobs)
-    violations = start_order_violations(run.jobs, admitted) + unfinished + overlaps
-    with run.jobs.db.write() as conn:
-        conn.execute(sa.text("DELETE FROM think_turns"))
-        conn.execute(sa.text("DELETE FROM think_messages"))
-    run.jobs.redis.delete(*(starts_key(run.jobs, name) for name in admitted))
-    return Phase(accepts_per_s, turns, violations)
+    found = violations(run.jobs, admitted)
+    clear_turns(run.jobs, admitted)
+    return Phase(accepts_per_s, turns, found)
 
 
 def run_backend(backend: str, args: argparse.Namespace) -> list[Figure]:

@@ -179,14 +179,20 @@ class Scratch:
         return self.namespace.env(self.database_url)
 
 
+def bench_jobs(env: dict[str, str], **overrides: Any) -> ThinkJobs:
+    """A ThinkJobs of ``env``'s THINK_JOBS_* settings with the bench agents registered."""
+    jobs = ThinkJobs(**{**settings_of(env), **overrides})
+    for agent_class in AGENT_CLASSES:
+        jobs.register(agent_class)
+    return jobs
+
+
 @contextmanager
 def scratch(backend: str, **overrides: Any) -> Iterator[Scratch]:
     """A migrated database + a Redis namespace + a ThinkJobs on them (with the bench agents
     and bare tasks registered, like ``bench.apps``); all removed on exit."""
     with scratch_database(backend) as url, scratch_namespace() as namespace:
-        jobs = ThinkJobs(**{**settings_of(namespace.env(url)), **overrides})
-        for agent_class in AGENT_CLASSES:
-            jobs.register(agent_class)
+        jobs = bench_jobs(namespace.env(url), **overrides)
         register_bare_tasks(jobs.celery, jobs)
         try:
             yield Scratch(backend, url, namespace, jobs)

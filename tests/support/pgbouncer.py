@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from tests.support.processes import free_port
+from tests.support.processes import free_port, wait_listening
 
 
 class PgBouncer:
@@ -67,16 +65,7 @@ class PgBouncer:
         self.process = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"pgbouncer exited at start: {self.log()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError(f"pgbouncer on port {self.port} did not start: {self.log()}")
+        wait_listening(self.process, self.port, "pgbouncer", self.log)
 
     def log(self) -> str:
         path = self.directory / "pgbouncer.log"

@@ -12,7 +12,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -162,6 +162,23 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def wait_listening(
+    process: subprocess.Popen[bytes], port: int, what: str, log: Callable[[], str] = str
+) -> None:
+    """Wait (10 s at most) until ``process`` accepts connections on ``port``; raise, with
+    ``log()``, if it exits first or never does."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited at start: {log()}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.02)
+    raise RuntimeError(f"{what} on port {port} did not start: {log()}")
+
+
 class PrivateRedis:
     """A redis-server of our own on a free port (so a test may stop and restart it)."""
 
@@ -185,14 +202,7 @@ class PrivateRedis:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError(f"private redis-server on port {self.port} did not start")
+        wait_listening(self.process, self.port, "private redis-server")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
