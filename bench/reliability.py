@@ -22,7 +22,11 @@ Scenarios, each against real worker processes, PostgreSQL and Redis:
   orphaned turns of a killed fast-clock worker waited;
 - SIGKILL the only worker while a workflow step waits on its turn (how long the chain took);
 - scheduled prompts fired by beat, then beat SIGKILLed and Redis restarted empty before any
-  worker took the fires (each occurrence must still be fired, once).
+  worker took the fires (each occurrence must still be fired, once);
+- all of them mixed (``mixed``): three workers on three clocks, each through proxies of its
+  own; rounds of one or two faults at once (pause, kill, cut from PostgreSQL or Redis, Redis
+  restarted empty, PostgreSQL failed over), chosen by a seed the report prints (``--seed``
+  replays it).
 Every submission must end ``completed`` (or with a §9 error); nothing lost, no user message
 stored twice, no two turns of one agent overlapping (a journal file no fault touches), FIFO
 kept, no event of a stale attempt in any stream, and every completed turn's stream rebuilding
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -46,6 +51,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import redis
@@ -73,6 +79,7 @@ from tests.support.fencing_faults import (
     zombies,
 )
 from tests.support.fencing_faults import workers as fencing_workers
+from tests.support.nemesis import nemesis
 from tests.support.pg_failover import read_only
 from tests.support.processes import (
     ROOT,
@@ -466,6 +473,16 @@ def cut_off(scale: int, *, server: str) -> Report:
         return partition(jobs, env, server=server, proxy=proxy, cuts=cuts, cut_s=6, load=load)
 
 
+def mixed(scale: int, *, seed: int | None = None) -> Report:
+    """Faults of every kind mixed, one or two at once, on three workers (``tests/support/
+    nemesis.py``); the seed is printed so that a run can be replayed with ``--seed``."""
+    chosen = seed if seed is not None else random.randrange(10**6)
+    with private_redis() as server, environment(THINK_JOBS_REDIS_URL=server.url) as (jobs, env):
+        load = Load(agents=8, per_agent=2 * scale, words=40, delay_s=0.03, hold_s=0.3)
+        report, _ = nemesis(jobs, env, server, load=load, rounds=2 * scale, seed=chosen)
+        return report
+
+
 def _redis_port() -> int:
     from bench.services import REDIS_URL
 
@@ -619,6 +636,7 @@ SCENARIOS: dict[str, Callable[[int], Report]] = {
     "clock-skew": skew,
     "workflow-kill": workflow_kill,
     "lost-fires": lost_fires,
+    "mixed": mixed,
 }
 
 
@@ -626,9 +644,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small load, few faults")
     parser.add_argument("--only", choices=sorted(SCENARIOS), action="append")
+    parser.add_argument("--seed", type=int, help="the mixed scenario's schedule (replay a run)")
     args = parser.parse_args()
     scale = 2 if args.quick else 10
-    reports = [SCENARIOS[name](scale) for name in args.only or SCENARIOS]
+    scenarios: dict[str, Callable[[int], Report]] = {
+        **SCENARIOS,
+        "mixed": partial(mixed, seed=args.seed),
+    }
+    reports = [scenarios[name](scale) for name in args.only or SCENARIOS]
     print(HEADER)
     for report in reports:
         print(report.row())

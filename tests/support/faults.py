@@ -15,6 +15,7 @@ from tests.support.builders import directive
 from tests.support.processes import WorkerProcess
 from think_jobs import ThinkJobs
 from think_jobs.domain.policy import INTERRUPTED_AFTER_APPLIED, INTERRUPTED_PARTIALLY_APPLIED
+from think_jobs.messages import message_text
 from think_jobs.replay import assemble
 from think_jobs.testing import wait_until
 
@@ -137,7 +138,10 @@ def check(jobs: ThinkJobs, admitted: dict[str, list[tuple[str, str]]], report: R
         _check_order(name, runs.get(name, []), [label for label, _ in entries], report)
         if report.overlaps > overlaps:
             report.problems.append(timeline(events, name))
+        streams = report.stream_mismatches + report.stale_writes
         _check_streams(agent, entries, report)
+        if report.stream_mismatches + report.stale_writes > streams:
+            report.problems.append(timeline(events, name))
     return report
 
 
@@ -149,7 +153,8 @@ def timeline(events: list[dict[str, Any]], agent: str) -> str:
         mine = event.get("agent") == agent and event["what"] in ("start", "holding", "end")
         if mine or event["what"] in _PROCESS_EVENTS:
             where = f"pid={event['pid']} t={event.get('t')}"
-            lines.append(f"{event['tick']} {event['what']} {event.get('label', '')} {where}")
+            what = event.get("label", event.get("kind", ""))
+            lines.append(f"{event['tick']} {event['what']} {what} {where}")
     return f"{agent} timeline: " + "; ".join(lines)
 
 
@@ -176,7 +181,12 @@ def _check_streams(agent: Any, entries: list[tuple[str, str]], report: Report) -
         chunks = [e.chunk for e in events if e.chunk is not None]
         if reply is None or assemble(chunks, reply.id).parts != reply.parts:
             report.stream_mismatches += 1
-            report.problems.append(f"{label}: the stream does not rebuild the stored reply")
+            streamed = message_text(assemble(chunks, reply.id if reply else "")) if chunks else ""
+            stored = message_text(reply) if reply is not None else None
+            report.problems.append(
+                f"{label}: the stream does not rebuild the stored reply (attempts "
+                f"{sorted(set(attempts))}; streamed {streamed!r}; stored {stored!r})"
+            )
 
 
 def _check_statuses(agent: Any, entries: list[tuple[str, str]], report: Report) -> None:
@@ -205,7 +215,7 @@ def _check_messages(agent: Any, entries: list[tuple[str, str]], report: Report) 
             report.problems.append(f"{label}: user message stored {seen} times")
 
 
-_PROCESS_EVENTS = frozenset({"killed", "stopping", "stopped", "resumed"})
+_PROCESS_EVENTS = frozenset({"killed", "stopping", "stopped", "resumed", "injected"})
 
 
 def _runs(events: list[dict[str, Any]]) -> dict[str, list[tuple[int, int, str]]]:
@@ -367,8 +377,6 @@ def recovered_replies(
     jobs: ThinkJobs, admitted: dict[str, list[tuple[str, str]]]
 ) -> list[tuple[str, int, str]]:
     """(label, attempts, reply text) of every submission that needed more than one attempt."""
-    from think_jobs.messages import message_text
-
     found = []
     for name, entries in admitted.items():
         agent = jobs.get_agent(Recorder, name)
