@@ -23,7 +23,7 @@ from sqlalchemy import select, update
 
 from tests.apps.agents import Recorder
 from tests.support.builders import buffer_key, directive, user, wait_for_status, wait_until
-from tests.support.processes import worker_processes
+from tests.support.processes import PrivateRedis, worker_processes
 from tests.support.proxy import proxy_to
 from think_jobs import Think, ThinkJobs
 from think_jobs.db.dialect import db_now_plus
@@ -32,6 +32,7 @@ from think_jobs.domain.records import Drained
 from think_jobs.engine import drain as worker
 from think_jobs.engine.execution import INTERRUPTED, Claimed, TurnResult, claim, run_and_release
 from think_jobs.engine.queueing import AgentRef
+from think_jobs.engine.submissions import find_turn
 from think_jobs.engine.watch import CLOCK, TurnWatch, WatchTimings
 from think_jobs.messages import message_text
 from think_jobs.models import ModelRequest
@@ -384,3 +385,94 @@ def test_a_recovery_that_cannot_reach_redis_waits_for_the_stream_it_continues(
 def _through_port(redis_url: str) -> str:
     """``redis_url`` with its port left for the proxy's (``Proxy.url``)."""
     return redis_url.replace(":6379/", ":{port}/")
+
+
+# -- the stream must lead to the reply a recovery continues ---------------------------------------
+
+
+def _drain_in_thread(jobs: ThinkJobs, agent: Think) -> threading.Thread:
+    """One drain of ``agent`` by ``jobs`` (another worker), in a thread of its own."""
+    agent_id = jobs.agent_id_of(agent, create=False)
+    assert agent_id is not None
+    thread = threading.Thread(target=worker.drain, args=(jobs.services, agent_id))
+    thread.start()
+    return thread
+
+
+def _assert_reply_and_stream(agent: Think, submission: str, text: str, *, attempt: int) -> None:
+    found = agent.inspect_submission(submission)
+    assert found is not None and (found.status, found.attempt) == ("completed", attempt)
+    replies = [m for m in agent.get_messages() if m.role == "assistant"]
+    assert [message_text(m) for m in replies] == [text]
+    events = list(agent.stream(submission, timeout_s=5))
+    assert [e.seq for e in events] == list(range(len(events)))
+    assert [e.done for e in events].count(True) == 1 and events[-1].done
+    chunks = [e.chunk for e in events if e.chunk is not None]
+    assert assemble(chunks, replies[0].id).parts == replies[0].parts  # what a client rebuilds
+
+
+def test_a_recovery_after_redis_lost_the_stream_streams_the_stored_partial_first(
+    make_jobs: Any, server: PrivateRedis
+) -> None:
+    """Attempt 1 streamed ``a1 a2 a3`` and froze; attempt 2 took the stream over, stored that
+    partial and froze before its first word; Redis restarted empty. Attempt 3 finds the
+    stream empty and continues the stored partial: a client must see that partial before
+    ``b1 b2``, as the reply stores it (before 2026-12-06 the stream held ``b1 b2`` alone: the
+    mixed-faults bench found it, a kill and a Redis restart on one turn)."""
+    jobs = make_jobs(lease_ttl_s=300, redis_url=server.url)
+    agent, submission, first, _ = paused_attempt(jobs, "both", Gated)
+    expire_lease(jobs, agent)
+    second = _drain_in_thread(jobs, agent)
+    assert gate(agent.name, 2)[0].wait(30)  # its partial stored: it is about to stream
+    assert message_text(_stored_reply(agent)) == "a1 a2 a3 "
+    server.stop()
+    server.start()  # empty
+    expire_lease(jobs, agent)
+    third = _drain_in_thread(jobs, agent)
+    wait_until(lambda: _stream_owner(agent, submission) == 3)  # attempt 3 took it over
+    resume(agent.name, second, attempt=2)  # both continuations go on; the second is stale
+    third.join(30)
+    assert not third.is_alive()
+    resume(agent.name, first)
+    _assert_reply_and_stream(agent, submission, "a1 a2 a3 b1 b2", attempt=3)
+
+
+def test_a_recovery_that_continued_without_its_stream_hands_the_turn_on_when_it_shows_more(
+    make_jobs: Any, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Attempt 1 streamed ``a1 a2 a3`` and froze, storing no partial. Attempt 2 could not
+    reach Redis for longer than it waits (its lease TTL, 1 s here), so it went on from the
+    empty stored partial; Redis answers before its first word goes out, and the stream it
+    then takes over shows more than the reply it continues. It sends nothing and hands the
+    turn to recovery (``stream_ahead``); attempt 3 continues from the stream. Before
+    2026-12-06 attempt 2 appended ``b1 b2`` after ``a1 a2 a3`` and stored ``b1 b2``."""
+    jobs = make_jobs(lease_ttl_s=300)
+    agent, submission, first, _ = paused_attempt(jobs, "both", Gated)
+    expire_lease(jobs, agent)
+    with proxy_to(6379) as proxy:
+        proxy.down()
+        cut_off = make_jobs(lease_ttl_s=1, redis_url=proxy.url(_through_port(redis_url)))
+        cut_off.register(Gated)
+        with caplog.at_level(logging.WARNING, logger="think_jobs.transport.streams"):
+            second = _drain_in_thread(cut_off, agent)
+            assert gate(agent.name, 2)[0].wait(30)  # went on without the stream
+            proxy.heal()
+            resume(agent.name, second, attempt=2)
+    third = _drain_in_thread(jobs, agent)  # the turn was put back: another worker's drain
+    third.join(30)
+    assert not third.is_alive()
+    resume(agent.name, first)
+    _assert_reply_and_stream(agent, submission, "a1 a2 a3 b1 b2", attempt=3)
+    assert "shows more than the reply attempt 2 continued" in caplog.text
+
+
+def _stored_reply(agent: Think) -> Any:
+    return next(m for m in agent.get_messages() if m.role == "assistant")
+
+
+def _stream_owner(agent: Think, submission: str) -> int:
+    """The attempt that owns the turn's stream, as Redis holds it (0: none yet)."""
+    turn = find_turn(agent.jobs.services, agent, submission)
+    assert turn is not None
+    owner = agent.jobs.redis.hget(agent.jobs.keys.stream_state(agent.address, turn.id), "epoch")
+    return int(owner) if owner is not None else 0

@@ -45,18 +45,26 @@ class StopKind(StrEnum):
     STALLED = "stalled"  # no chunk for stall_timeout_s: handed to recovery
     HANDED_OVER = "handed_over"  # its worker is stopping (worker_handover_s): handed to recovery
     LEASE_LOST = "lease_lost"  # another attempt owns the turn now
+    # the stream shows more than the partial reply the attempt continued (it could not read
+    # the stream when it started): handed to recovery, which continues from the stream
+    STREAM_AHEAD = "stream_ahead"
     TIMED_OUT = "timed_out"  # the turn ran past turn_timeout_s: it ends in error
 
     @property
     def interrupts(self) -> bool:
         """The attempt stops but the turn is not over: another attempt continues it."""
-        return self in (StopKind.STALLED, StopKind.HANDED_OVER, StopKind.LEASE_LOST)
+        return self in (
+            StopKind.STALLED,
+            StopKind.HANDED_OVER,
+            StopKind.LEASE_LOST,
+            StopKind.STREAM_AHEAD,
+        )
 
     @property
     def hands_to_recovery(self) -> bool:
         """The attempt stores its partial reply and puts the turn back for a continuation,
         waiting for a tool it is in (the continuation would run the tool again)."""
-        return self in (StopKind.STALLED, StopKind.HANDED_OVER)
+        return self in (StopKind.STALLED, StopKind.HANDED_OVER, StopKind.STREAM_AHEAD)
 
 
 class ApprovalStatus(StrEnum):

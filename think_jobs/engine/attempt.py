@@ -52,6 +52,9 @@ FRAMING = frozenset(
     | {"reasoning-start", "reasoning-end", "tool-input-start"}
 )
 LEASE_LOST = StopReason(StopKind.LEASE_LOST, "the agent's lease was lost")
+STREAM_AHEAD = StopReason(
+    StopKind.STREAM_AHEAD, "the turn's stream shows more than the reply this attempt continued"
+)
 
 
 @dataclass
@@ -199,6 +202,8 @@ class Attempt:
             return Interrupted(reason, outcome if reason.kind.hands_to_recovery else None)
         if self.writer.lost:
             return Interrupted(LEASE_LOST)
+        if not self.writer.confirm_base():  # a recovery that could not read its stream
+            return Interrupted(STREAM_AHEAD, outcome)
         return Finished(outcome)
 
     def _resume(self, history: list[UIMessage]) -> Ending:
@@ -209,6 +214,8 @@ class Attempt:
         recovered = continuation.recover(self.turn, self.writer.prefix, stored, seed=seed)
         if seed is not None:  # answers not applied yet apply now
             self.answers = approvals.answers_for(self.services, self.turn)
+        else:  # the stream must show the reply continued (Redis may have lost it)
+            self.writer.continue_from(recovered.message)
         metrics.RECOVERIES.labels(self.agent.agent_type, "continuation").inc()
         self._store_recovered(recovered)
         log.info("turn resumed", extra={**self.log_fields(), "finished": recovered.finished})
@@ -324,6 +331,9 @@ class Attempt:
             chunk = chunk.model_copy(update={"error_text": storable_text(chunk.error_text)})
         chunk_json = chunk.model_dump_json(exclude_none=True)
         self.writer.chunk(chunk_json, defer=chunk.type in FRAMING)
+        if self.writer.diverged:
+            self.watch.stop(StopKind.STREAM_AHEAD, STREAM_AHEAD.text)
+            return
         if self.writer.lost:
             self.watch.stop(StopKind.LEASE_LOST, "a newer attempt owns the turn's stream")
             return

@@ -269,7 +269,9 @@ class StreamWriter:
         self._sending = False  # a send is in flight (read by the flusher without the lock)
         self._expiry_set = False
         self._failed_at: float | None = None
+        self._base: UIMessage | None = None  # the reply a recovery continues, not yet matched
         self.lost = False  # a newer attempt owns the stream
+        self.diverged = False  # the stream shows more than the reply this attempt continues
         self.sealed = False  # the stream was ended from the database (its turn ended there)
         self.revoked = False
 
@@ -303,6 +305,52 @@ class StreamWriter:
                     return True
         return False
 
+    def continue_from(self, base: UIMessage) -> None:
+        """A recovering attempt continues ``base`` (its partial reply, rebuilt from the stream
+        or, when that held none or could not be read, from the database): the stream must
+        lead to it before the attempt's own chunks. What the buffer lacks of it — all of it
+        when Redis lost the buffer — goes out first: now if the buffer was read
+        (``take_over``), else once it is, at the first send. A buffer that does not lead to
+        ``base`` (the attempt started without reading it: it shows more) makes the writer
+        ``diverged``, and nothing of the attempt is sent."""
+        with self._lock:
+            self._base = base
+            if self._known is not None:
+                self._match_base()
+
+    def confirm_base(self) -> bool:
+        """Before the final write of an attempt that has not read the stream yet: try once
+        (``take_over``); False when the stream does not lead to the reply it continued. Redis
+        still unreachable says True: the final write goes ahead (readers rebuild the stream's
+        end from the database)."""
+        with self._lock:
+            if self._base is not None and self._known is None and not self.lost:
+                self._take_over(quiet=True)
+            return not self.diverged
+
+    def _match_base(self) -> bool:
+        """Queue what the buffer lacks of the base before everything pending (the lock is
+        held); False, and ``diverged``, when the buffer does not lead to it."""
+        base, self._base = self._base, None
+        assert self._known is not None
+        if base is None:
+            return True
+        shown = [event.chunk for event in map(decode_event, self._known) if event.chunk]
+        missing = replay.suffix(shown, base, finished=False) if shown or base.parts else []
+        if missing is None:
+            log.warning(
+                "stream of request %s shows more than the reply attempt %d continued (Redis "
+                "was unreachable when it started): it hands the turn to recovery",
+                self.ref.request_id, self.epoch,
+            )  # fmt: skip
+            self.diverged = True
+            self._drop()
+            return False
+        tails = [chunk_tail(json.dumps(chunk, separators=(",", ":"))) for chunk in missing]
+        self._pending[:0] = tails
+        self._due += len(tails)
+        return True
+
     def _take_over(self, *, quiet: bool = False) -> bool:
         try:
             script = self.client.register_script(_TAKE_OVER_LUA)
@@ -316,7 +364,7 @@ class StreamWriter:
             self.lost = True
             return False
         self._known = [raw.decode() if isinstance(raw, bytes) else raw for raw in events]
-        return True
+        return self._match_base()
 
     def chunk(self, chunk_json: str, *, defer: bool = False) -> None:
         """Queue one chunk (AI SDK JSON) and, unless deferred, send what is queued now or,
@@ -420,7 +468,7 @@ class StreamWriter:
             self._may_send = _always
         deadline = time.monotonic() + self._done_timeout_s
         while not self._flush_now(force=True, seal=True):
-            if self.lost or time.monotonic() >= deadline:
+            if self.lost or self.diverged or time.monotonic() >= deadline:
                 return self._gave_up()
             time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
         return True
@@ -475,7 +523,7 @@ class StreamWriter:
         due, the back-off after a failed send is over (or ``force``), and the lease allows it
         — when it does not, the writer is lost, unless the caller is the flusher or the sender
         (``flusher``), which leave the chunks to the attempt's own thread."""
-        if self.lost or self.sealed:
+        if self.lost or self.sealed or self.diverged:
             self._drop()
         if not self._due:
             return False
@@ -508,7 +556,7 @@ class StreamWriter:
 
     def _deliver(self, *, seal: bool) -> None:
         if self._known is None and not self._take_over():
-            if self.lost:
+            if self.lost or self.diverged:
                 return
             raise redis.ConnectionError("stream take-over pending")
         assert self._known is not None
