@@ -479,7 +479,9 @@ def mixed(scale: int, *, seed: int | None = None) -> Report:
     chosen = seed if seed is not None else random.randrange(10**6)
     with private_redis() as server, environment(THINK_JOBS_REDIS_URL=server.url) as (jobs, env):
         load = Load(agents=8, per_agent=2 * scale, words=40, delay_s=0.03, hold_s=0.3)
-        report, _ = nemesis(jobs, env, server, load=load, rounds=2 * scale, seed=chosen)
+        report, _ = nemesis(
+            jobs, env, server, load=load, rounds=2 * scale, seed=chosen, arrivals=4 * scale
+        )
         return report
 
 

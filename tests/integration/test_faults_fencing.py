@@ -296,12 +296,13 @@ def test_faults_mixed_two_at_once_lose_nothing_and_keep_every_stream_equal_to_it
 ) -> None:
     """The mixed-faults scenario (``tests/support/nemesis.py``), small and on a fixed seed:
     three workers on three clocks; pauses, kills, cuts from either server, Redis restarted
-    empty and PostgreSQL failed over, one or two at once. Its bench run found a recovery
-    that streamed its continuation without the partial Redis had lost."""
+    empty and PostgreSQL failed over, one or two at once, now and then with a client's cancel
+    of the turn hit, while a producer delivers more turns twice each. Its bench run found a
+    recovery that streamed its continuation without the partial Redis had lost."""
     env = {**fault_env, "THINK_JOBS_REDIS_URL": server.url}
     jobs = make_jobs(lease_ttl_s=2, sweep_interval_s=0.5, redis_url=server.url)
     load = Load(agents=4, per_agent=5, words=40, delay_s=0.03, hold_s=0.3)
-    report, schedule = nemesis(jobs, env, server, load=load, rounds=5, seed=38)
+    report, schedule = nemesis(jobs, env, server, load=load, rounds=5, seed=38, arrivals=8)
     assert report.anomalies == (0, 0, 0, 0, 0, 0), "\n".join(report.problems)
-    assert report.completed == report.submissions == 20
+    assert report.completed + report.aborted == report.submissions == 28  # aborted: cancelled
     assert schedule.faults >= 3, schedule.describe()  # the load outlasted a few rounds

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,7 @@ class Report:
     stale_writes: int = 0
     stream_mismatches: int = 0
     recovered: int = 0  # submissions that needed more than one attempt (the fault hit them)
+    aborted: int = 0  # cancelled by a client (``check``'s ``cancelled``) and ended aborted
     problems: list[str] = field(default_factory=list)
     retried: list[str] = field(default_factory=list)  # those submissions, with their timelines
 
@@ -123,14 +124,20 @@ def kill_workers_while_running(
     return done
 
 
-def check(jobs: ThinkJobs, admitted: dict[str, list[tuple[str, str]]], report: Report) -> Report:
-    """Judge from outside: the journal, the public API and the streams a client reads."""
+def check(
+    jobs: ThinkJobs,
+    admitted: dict[str, list[tuple[str, str]]],
+    report: Report,
+    cancelled: Collection[str] = (),
+) -> Report:
+    """Judge from outside: the journal, the public API and the streams a client reads. The
+    ``cancelled`` labels (a client cancelled them while they ran) may end ``aborted``."""
     events = read_events(jobs)
     runs = _runs(events)
     for name, entries in admitted.items():
         agent = jobs.get_agent(Recorder, name)
         recovered = report.recovered
-        _check_statuses(agent, entries, report)
+        _check_statuses(agent, entries, report, cancelled)
         if report.recovered > recovered:
             report.retried.append(timeline(events, name))
         _check_messages(agent, entries, report)
@@ -139,7 +146,7 @@ def check(jobs: ThinkJobs, admitted: dict[str, list[tuple[str, str]]], report: R
         if report.overlaps > overlaps:
             report.problems.append(timeline(events, name))
         streams = report.stream_mismatches + report.stale_writes
-        _check_streams(agent, entries, report)
+        _check_streams(agent, entries, report, cancelled)
         if report.stream_mismatches + report.stale_writes > streams:
             report.problems.append(timeline(events, name))
     return report
@@ -158,13 +165,17 @@ def timeline(events: list[dict[str, Any]], agent: str) -> str:
     return f"{agent} timeline: " + "; ".join(lines)
 
 
-def _check_streams(agent: Any, entries: list[tuple[str, str]], report: Report) -> None:
+def _check_streams(
+    agent: Any, entries: list[tuple[str, str]], report: Report, cancelled: Collection[str]
+) -> None:
     """Every completed turn's stream, as a client reads it: contiguous seqs, one ``done`` at
-    the end, events of no attempt after a newer attempt's, and the stored reply rebuilt."""
+    the end, events of no attempt after a newer attempt's, and the stored reply rebuilt; the
+    same for a cancelled turn that ended ``aborted`` with a partial reply stored."""
     replies = {m.id: m for m in agent.get_messages() if m.role == "assistant"}
     for label, submission_id in entries:
         found = agent.inspect_submission(submission_id)
-        if found is None or found.status != "completed":
+        ended = ("completed", "aborted") if label in cancelled else ("completed",)
+        if found is None or found.status not in ended:
             continue
         events = list(agent.stream(submission_id, timeout_s=30))
         attempts = [e.attempt or 0 for e in events]
@@ -179,6 +190,8 @@ def _check_streams(agent: Any, entries: list[tuple[str, str]], report: Report) -
             continue
         reply = replies.get(_assistant_message_id(agent.jobs, agent, submission_id) or "")
         chunks = [e.chunk for e in events if e.chunk is not None]
+        if reply is None and found.status == "aborted":
+            continue  # cancelled before it stored any of its reply
         if reply is None or assemble(chunks, reply.id).parts != reply.parts:
             report.stream_mismatches += 1
             streamed = message_text(assemble(chunks, reply.id if reply else "")) if chunks else ""
@@ -189,13 +202,17 @@ def _check_streams(agent: Any, entries: list[tuple[str, str]], report: Report) -
             )
 
 
-def _check_statuses(agent: Any, entries: list[tuple[str, str]], report: Report) -> None:
+def _check_statuses(
+    agent: Any, entries: list[tuple[str, str]], report: Report, cancelled: Collection[str]
+) -> None:
     for label, submission_id in entries:
         report.submissions += 1
         found = agent.inspect_submission(submission_id)
         if found is None or found.status in ("pending", "running"):
             report.lost += 1
             report.problems.append(f"{label}: {found.status if found else 'missing'}")
+        elif found.status == "aborted" and label in cancelled:
+            report.aborted += 1
         elif found.status == "completed":
             report.completed += 1
             report.recovered += found.attempt > 1

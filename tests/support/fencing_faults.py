@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,13 +73,15 @@ def workers(envs: list[dict[str, str]], *, app: str = APP) -> Iterator[list[Work
             process.stop()
 
 
-def finish(jobs: ThinkJobs, admitted: Admitted, report: Report) -> Report:
+def finish(
+    jobs: ThinkJobs, admitted: Admitted, report: Report, cancelled: Collection[str] = ()
+) -> Report:
     """Judge once every submission has ended and every model call of a live process has too:
     a worker resumed after the load finished ends its stale call at its next chunk, and a call
     judged before its end is journalled would count as running for ever."""
     wait_until(lambda: unfinished(jobs, admitted) == 0, 240, interval_s=0.2)
     wait_until(lambda: not any(_live(c["pid"]) for c in open_calls(jobs)), 60, interval_s=0.05)
-    return check(jobs, admitted, report)
+    return check(jobs, admitted, report, cancelled)
 
 
 def _live(pid: int) -> bool:

@@ -14,10 +14,16 @@ workers:
 - ``cut-postgres`` / ``cut-redis``: cut a worker from that server alone for 3x the lease TTL;
 - ``redis-restart``: Redis (broker and streams) stopped, started again empty 1 s later;
 - ``postgres-failover``: PostgreSQL refusing writes for 2 s, its sessions ended
-  (``pg_failover.read_only``).
+  (``pg_failover.read_only``);
+- and, in a quarter of the rounds, a client cancelling the turn the first fault hits, at a
+  moment the seed chooses within twice the lease TTL (it may end ``aborted``, and a status
+  seen ``aborted`` must stay so).
 
 The first fault of a round hits a worker running a turn, at a chunk the seed chooses or in
-the window after its model's last chunk, before its final write.
+the window after its model's last chunk, before its final write. Meanwhile a producer, as a
+webhook receiver would, submits ``arrivals`` more turns one by one with an idempotency key,
+trying again while the database refuses (``StorageUnavailableError``), and delivers each a
+second time once accepted: the second delivery must name the same submission.
 
 The outcome is judged as every fault scenario's is (``faults.check``, ``zombie_tails``): from
 the journal no fault touches, the public API and the streams a client reads.
@@ -37,7 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.apps.agents import Journal
+from tests.apps.agents import Journal, Recorder
+from tests.support.builders import directive
 from tests.support.faults import Report, record_kill
 from tests.support.fencing_faults import (
     Admitted,
@@ -47,6 +54,7 @@ from tests.support.fencing_faults import (
     _through,
     busy_worker,
     finish,
+    open_calls,
     pause,
     skewed,
     submit,
@@ -54,11 +62,12 @@ from tests.support.fencing_faults import (
 from tests.support.pg_failover import read_only
 from tests.support.processes import PrivateRedis, WorkerProcess
 from tests.support.proxy import Proxy, proxy_to
-from think_jobs import ThinkJobs
+from think_jobs import StorageUnavailableError, ThinkJobs, ThinkJobsError
 
 APP = "tests.apps.agents:jobs"
 KINDS = ("pause", "kill", "cut-postgres", "cut-redis", "redis-restart", "postgres-failover")
 _ONCE = frozenset({"redis-restart", "postgres-failover"})  # of the whole system: one at a time
+CANCEL_SHARE = 0.25  # of the rounds, where a client also cancels the turn the fault hits
 CLOCKS = (None, "+60s", "-60s")
 
 
@@ -85,13 +94,14 @@ class Schedule:
 
     seed: int
     rounds: list[list[str]] = field(default_factory=list)
+    cancels: dict[str, str] = field(default_factory=dict)  # label -> its status once cancelled
 
     @property
     def faults(self) -> int:
         return sum(len(injected) for injected in self.rounds)
 
     def describe(self) -> str:
-        counts = {kind: sum(r.count(kind) for r in self.rounds) for kind in KINDS}
+        counts = {kind: sum(r.count(kind) for r in self.rounds) for kind in (*KINDS, "cancel")}
         doubles = sum(len(r) > 1 for r in self.rounds)
         listed = ", ".join(f"{kind} {n}" for kind, n in counts.items() if n)
         return f"seed {self.seed}: {listed}; {doubles} rounds with two faults at once"
@@ -136,6 +146,7 @@ def nemesis(
     load: Load,
     rounds: int,
     seed: int,
+    arrivals: int = 0,
 ) -> tuple[Report, Schedule]:
     """Drain ``load`` with three workers while ``rounds`` rounds of mixed faults are injected
     (each once a worker runs a turn); judge the outcome."""
@@ -143,13 +154,23 @@ def nemesis(
     chooser, schedule = random.Random(seed), Schedule(seed)
     admitted = submit(jobs, load)
     with slots(env, redis) as workers:
-        for _ in range(rounds):
-            kinds = _choose(chooser)
-            injected = _round(jobs, admitted, workers, redis, kinds, ttl_s, chooser)
-            if injected is None:
+        producer = Producer(jobs, load, admitted, arrivals)
+        producer.start()
+        kinds = _choose(chooser)
+        while len(schedule.rounds) < rounds:
+            injected = _round(jobs, admitted, workers, redis, kinds, ttl_s, chooser, schedule)
+            if injected is not None:
+                schedule.rounds.append(injected)
+                kinds = _choose(chooser)
+            elif producer.is_alive():
+                time.sleep(0.1)  # nothing running now: more is arriving
+            else:
                 break
-            schedule.rounds.append(injected)
-        report = finish(jobs, admitted, Report("mixed faults", faults=schedule.faults))
+        producer.join()
+        report = Report("mixed faults", faults=schedule.faults)
+        report = finish(jobs, admitted, report, cancelled=set(schedule.cancels))
+        producer.judge(report)
+        _judge_cancels(jobs, admitted, schedule, report)
         exited = [s for s in workers if s.process is None or s.process.process.poll() is not None]
         if exited:
             report.problems.append(f"{len(exited)} worker(s) exited by themselves")
@@ -171,6 +192,100 @@ def _keep_logs(workers: list[Slot], seed: int) -> Path:
     return path
 
 
+def _cancel(
+    jobs: ThinkJobs, admitted: Admitted, call: dict[str, Any], delay_s: float, schedule: Schedule
+) -> None:
+    """``delay_s`` after the round began, cancel the submission ``call`` runs, as a client
+    would (trying again while the database refuses); note its status once cancelled."""
+    time.sleep(delay_s)  # where in the faults the cancel lands
+    name, label = call["agent"], call["label"]
+    submission = next(sid for lbl, sid in admitted[name] if lbl == label)
+    agent = jobs.get_agent(Recorder, name)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            agent.cancel_submission(submission, reason="cancelled by the nemesis")
+            found = agent.inspect_submission(submission)
+            break
+        except ThinkJobsError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    schedule.cancels[label] = found.status if found is not None else "missing"
+
+
+def _judge_cancels(jobs: ThinkJobs, admitted: Admitted, schedule: Schedule, report: Report) -> None:
+    """A submission seen ``aborted`` once cancelled stays so (SPEC: the status is never
+    overwritten later)."""
+    for label, seen in schedule.cancels.items():
+        name = label.split("#", 1)[0]
+        submission = next(sid for lbl, sid in admitted[name] if lbl == label)
+        found = jobs.get_agent(Recorder, name).inspect_submission(submission)
+        final = found.status if found is not None else "missing"
+        if seen == "aborted" and final != "aborted":
+            report.stale_writes += 1
+            report.problems.append(f"{label}: aborted by its cancel, then {final}")
+    report.problems.append(
+        f"{len(schedule.cancels)} running turns cancelled during the faults, "
+        f"{report.aborted} ended aborted"
+    )
+
+
+class Producer(threading.Thread):
+    """Submits ``count`` turns to the load's agents in turn, 0.2 s apart, each with an
+    idempotency key: tried again while the database refuses, then delivered a second time."""
+
+    def __init__(self, jobs: ThinkJobs, load: Load, admitted: Admitted, count: int) -> None:
+        super().__init__(daemon=True)
+        self.jobs, self.load, self.admitted, self.count = jobs, load, admitted, count
+        self.refused = 0  # deliveries the database refused (then tried again)
+        self.mismatches: list[str] = []  # second deliveries that named another submission
+
+    def run(self) -> None:
+        try:
+            self._produce()
+        except Exception as error:  # judged: a producer that gave up is a failure
+            self.mismatches.append(f"the producer gave up: {error!r}")
+
+    def _produce(self) -> None:
+        text = " ".join(f"w{i}" for i in range(self.load.words))
+        for n in range(self.count):
+            name = f"agent-{n % self.load.agents}"
+            label = f"{name}#late{n}"
+            spec = {"label": label, "text": text, "delay_s": self.load.delay_s}
+            message = directive(f"m-{label}", **spec, **_held(self.load))
+            agent = self.jobs.get_agent(Recorder, name)
+            first = self._deliver(agent, message, label)
+            self.admitted[name].append((label, first))
+            again = self._deliver(agent, message, label)
+            if again != first:
+                self.mismatches.append(f"{label}: delivered again, named {again}, not {first}")
+            time.sleep(0.2)  # the arrivals spread over the rounds
+
+    def _deliver(self, agent: Recorder, message: dict[str, Any], key: str) -> str:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return agent.submit_messages([message], idempotency_key=key).submission_id
+            except StorageUnavailableError:
+                self.refused += 1
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)  # as a webhook sender retries
+
+    def judge(self, report: Report) -> None:
+        report.duplicated += len(self.mismatches)
+        report.problems.extend(self.mismatches)
+        report.problems.append(
+            f"{self.count} turns arrived during the faults, each delivered twice; "
+            f"{self.refused} deliveries refused by the database and tried again"
+        )
+
+
+def _held(load: Load) -> dict[str, float]:
+    return {"hold_s": load.hold_s} if load.hold_s else {}
+
+
 def _choose(chooser: random.Random) -> list[str]:
     """One fault, or two at once (never the same fault of the whole system twice)."""
     first = chooser.choice(KINDS)
@@ -188,6 +303,7 @@ def _round(
     kinds: list[str],
     ttl_s: float,
     chooser: random.Random,
+    schedule: Schedule,
 ) -> list[str] | None:
     """Inject ``kinds`` at once, the first on a worker running a turn (at a chunk the seed
     chooses), the other on another worker; return once every fault of the round is over
@@ -212,6 +328,11 @@ def _round(
     for kind, target in zip(kinds, targets, strict=False):
         pid = target.process.process.pid if target.process else 0
         journal.write({"what": "injected", "kind": kind, "pid": pid, "t": time.time()})
+    call = next((c for c in open_calls(jobs) if c["pid"] == busy.process.pid), None)
+    if call is not None and chooser.random() < CANCEL_SHARE:  # a client cancels that turn too
+        delay_s = chooser.uniform(0, 2 * ttl_s)
+        actions.append(lambda: _cancel(jobs, admitted, call, delay_s, schedule))
+        kinds = [*kinds, "cancel"]
     threads = [threading.Thread(target=action) for action in actions]
     for thread in threads:
         thread.start()
