@@ -214,7 +214,7 @@ class Attempt:
         recovered = continuation.recover(self.turn, self.writer.prefix, stored, seed=seed)
         if seed is not None:  # answers not applied yet apply now
             self.answers = approvals.answers_for(self.services, self.turn)
-        else:  # the stream must show the reply continued (Redis may have lost it)
+        elif not recovered.from_stream:  # the stream must lead to the stored partial too
             self.writer.continue_from(recovered.message)
         metrics.RECOVERIES.labels(self.agent.agent_type, "continuation").inc()
         self._store_recovered(recovered)

@@ -29,6 +29,7 @@ class Recovered:
     message: UIMessage
     finished: bool
     buffer_length: int
+    from_stream: bool = True  # False: the stored partial (the stream held none, or was unread)
 
     @property
     def has_content(self) -> bool:
@@ -52,7 +53,7 @@ def recover(
     chunks = [event.chunk for event in events if event.chunk is not None]
     if not chunks:
         fallback = stored or UIMessage(id=message_id, role="assistant", parts=[])
-        return Recovered(fallback, finished=False, buffer_length=len(events))
+        return Recovered(fallback, finished=False, buffer_length=len(events), from_stream=False)
     assembler = MessageAssembler(message_id, parts=seed.parts if seed is not None else None)
     finished = False
     for raw in chunks:
