@@ -431,7 +431,7 @@ def test_a_recovery_that_continued_without_its_stream_hands_the_turn_on_when_it_
     make_jobs: Any, redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Attempt 1 streamed ``a1 a2 a3`` and froze, storing no partial. Attempt 2 could not
-    reach Redis for longer than it waits (its lease TTL, 1 s here), so it went on from the
+    reach Redis for longer than it waits (its lease TTL, 4 s here), so it went on from the
     empty stored partial; Redis answers before its first word goes out, and the stream it
     then takes over shows more than the reply it continues. It sends nothing and hands the
     turn to recovery (``stream_ahead``); attempt 3 continues from the stream. Before
@@ -441,7 +441,9 @@ def test_a_recovery_that_continued_without_its_stream_hands_the_turn_on_when_it_
     expire_lease(jobs, agent)
     with proxy_to(6379) as proxy:
         proxy.down()
-        cut_off = make_jobs(lease_ttl_s=1, redis_url=proxy.url(_through_port(redis_url)))
+        # It waits for Redis up to its lease TTL: 4 s, short enough to wait out, long enough
+        # for its renewals under a loaded CI (with 1 s, CI once lost the lease before the gate).
+        cut_off = make_jobs(lease_ttl_s=4, redis_url=proxy.url(_through_port(redis_url)))
         cut_off.register(Gated)
         with caplog.at_level(logging.WARNING, logger="think_jobs.transport.streams"):
             second = _drain_in_thread(cut_off, agent)
