@@ -16,6 +16,8 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -24,7 +26,7 @@ from sqlalchemy import select, update
 from tests.apps.agents import Recorder
 from tests.support.builders import buffer_key, directive, user, wait_for_status, wait_until
 from tests.support.processes import PrivateRedis, worker_processes
-from tests.support.proxy import proxy_to
+from tests.support.proxy import Proxy, proxy_to
 from think_jobs import Think, ThinkJobs
 from think_jobs.db.dialect import db_now_plus
 from think_jobs.db.tables import agents
@@ -365,23 +367,44 @@ def test_a_recovery_that_cannot_reach_redis_waits_for_the_stream_it_continues(
     stream rather than continue from the empty stored partial, which would stream those words
     a second time, before its own, and store a reply without them. The wait is no stall: its
     model has not started."""
-    jobs = make_jobs(lease_ttl_s=300)
-    agent, submission, stale, _ = paused_attempt(jobs, "mid", agent_class)
-    expire_lease(jobs, agent)
-    with proxy_to(6379) as proxy:
-        proxy.down()
-        cut_off = make_jobs(lease_ttl_s=300, redis_url=proxy.url(_through_port(redis_url)))
-        cut_off.register(agent_class)
-        recovering = threading.Thread(target=take_over_and_finish, args=(cut_off, agent))
+    with recovery_cut_from_redis(make_jobs, redis_url, "mid", agent_class) as cut:
+        agent = cut.agent
+        recovering = threading.Thread(target=take_over_and_finish, args=(cut.jobs, agent))
         with caplog.at_level(logging.WARNING, logger="think_jobs.transport.streams"):
             recovering.start()
             wait_until(lambda: "stream take-over failed" in caplog.text)
         time.sleep(1.0)  # the outage lasts a second more: over StallingGated's stall timeout
-        proxy.heal()
+        cut.proxy.heal()
         recovering.join(30)
     assert not recovering.is_alive()
-    resume(agent.name, stale)
-    assert_one_reply_matching_its_stream(agent, submission, "a1 a2 a3 b1 b2")
+    resume(agent.name, cut.stale)
+    assert_one_reply_matching_its_stream(agent, cut.submission, "a1 a2 a3 b1 b2")
+
+
+@dataclass(frozen=True)
+class CutRecovery:
+    agent: Think
+    submission: str
+    stale: threading.Thread  # the first attempt, paused at its gate
+    proxy: Proxy  # down: the recovering worker's way to Redis
+    jobs: ThinkJobs  # the recovering worker's
+
+
+@contextmanager
+def recovery_cut_from_redis(
+    make_jobs: Any, redis_url: str, kind: str, agent_class: type[Gated], *, lease_ttl_s: float = 300
+) -> Iterator[CutRecovery]:
+    """A new agent's first attempt paused at its gate, its lease expired, and the ``ThinkJobs``
+    of a worker that would recover it but reaches Redis through a proxy that is down
+    (refusing, as while Redis restarts); ``lease_ttl_s`` is that worker's (its wait)."""
+    jobs = make_jobs(lease_ttl_s=300)
+    agent, submission, stale, _ = paused_attempt(jobs, kind, agent_class)
+    expire_lease(jobs, agent)
+    with proxy_to(6379) as proxy:
+        proxy.down()
+        cut_off = make_jobs(lease_ttl_s=lease_ttl_s, redis_url=proxy.url(_through_port(redis_url)))
+        cut_off.register(agent_class)
+        yield CutRecovery(agent, submission, stale, proxy, cut_off)
 
 
 def _through_port(redis_url: str) -> str:
@@ -436,25 +459,20 @@ def test_a_recovery_that_continued_without_its_stream_hands_the_turn_on_when_it_
     then takes over shows more than the reply it continues. It sends nothing and hands the
     turn to recovery (``stream_ahead``); attempt 3 continues from the stream. Before
     2026-12-06 attempt 2 appended ``b1 b2`` after ``a1 a2 a3`` and stored ``b1 b2``."""
-    jobs = make_jobs(lease_ttl_s=300)
-    agent, submission, first, _ = paused_attempt(jobs, "both", Gated)
-    expire_lease(jobs, agent)
-    with proxy_to(6379) as proxy:
-        proxy.down()
-        # It waits for Redis up to its lease TTL: 4 s, short enough to wait out, long enough
-        # for its renewals under a loaded CI (with 1 s, CI once lost the lease before the gate).
-        cut_off = make_jobs(lease_ttl_s=4, redis_url=proxy.url(_through_port(redis_url)))
-        cut_off.register(Gated)
+    # It waits for Redis up to its lease TTL: 4 s, short enough to wait out, long enough for
+    # its renewals under a loaded CI (with 1 s, CI once lost the lease before the gate).
+    with recovery_cut_from_redis(make_jobs, redis_url, "both", Gated, lease_ttl_s=4) as cut:
+        agent = cut.agent
         with caplog.at_level(logging.WARNING, logger="think_jobs.transport.streams"):
-            second = _drain_in_thread(cut_off, agent)
+            second = _drain_in_thread(cut.jobs, agent)
             assert gate(agent.name, 2)[0].wait(30)  # went on without the stream
-            proxy.heal()
+            cut.proxy.heal()
             resume(agent.name, second, attempt=2)
-    third = _drain_in_thread(jobs, agent)  # the turn was put back: another worker's drain
+    third = _drain_in_thread(agent.jobs, agent)  # the turn was put back: another worker's drain
     third.join(30)
     assert not third.is_alive()
-    resume(agent.name, first)
-    assert_one_reply_matching_its_stream(agent, submission, "a1 a2 a3 b1 b2", attempt=3)
+    resume(agent.name, cut.stale)
+    assert_one_reply_matching_its_stream(agent, cut.submission, "a1 a2 a3 b1 b2", attempt=3)
     assert "shows more than the reply attempt 2 continued" in caplog.text
 
 
