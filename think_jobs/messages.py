@@ -59,6 +59,10 @@ ToolState = Literal[
     "output-error",
     "output-denied",
 ]
+AWAITING_ANSWER: tuple[ToolState, ...] = (
+    "approval-requested",
+    "approval-responded",
+)  # a call an approval's answer applies to
 ProviderMetadata = dict[str, dict[str, Any]]
 
 

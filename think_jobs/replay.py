@@ -10,6 +10,11 @@ stream is rebuilt from the stored reply:
   assemble into ``message`` — or None when the stored reply does not extend what the stream
   shows (then only the ``done`` event can be added).
 
+An approval's continuation streams only what it adds to the reply it answers: its chunks apply
+to that reply as a client holds it (``base``: the asking turn's reply with the answers
+recorded), as ``useChat`` continues the message. ``extension(message, base)`` is such a stream
+from its start, and every function here takes the ``base`` its chunks apply to.
+
 Both are checked by assembling their result: what they return always rebuilds the reply
 exactly. Pure functions: no I/O.
 """
@@ -24,6 +29,7 @@ from typing import Any
 from think_jobs.assembly import MessageAssembler
 from think_jobs.errors import MessageValidationError
 from think_jobs.messages import (
+    AWAITING_ANSWER,
     DataPart,
     DynamicToolPart,
     FilePart,
@@ -51,35 +57,56 @@ def render(message: UIMessage, *, finished: bool = True) -> list[Wire]:
     return [*chunks, {"type": "finish"}] if finished else chunks
 
 
+def extension(message: UIMessage, base: UIMessage, *, finished: bool = True) -> list[Wire] | None:
+    """Chunks that, applied to ``base``, assemble into ``message``: ``start``, what it adds,
+    ``finish`` (an approval's continuation, rebuilt); None when ``message`` does not extend
+    ``base``."""
+    rest = suffix([], message, finished=finished, base=base)
+    return None if rest is None else [{"type": "start", "messageId": message.id}, *rest]
+
+
 def suffix(
-    prefix: Iterable[Mapping[str, Any]], message: UIMessage, *, finished: bool = True
+    prefix: Iterable[Mapping[str, Any]],
+    message: UIMessage,
+    *,
+    finished: bool = True,
+    base: UIMessage | None = None,
 ) -> list[Wire] | None:
-    """Chunks that complete ``prefix`` (the chunks a stream holds) into ``message``, ending
-    with ``finish`` when the turn completed and the prefix has none."""
+    """Chunks that complete ``prefix`` (the chunks a stream holds, applied to ``base``) into
+    ``message``, ending with ``finish`` when the turn completed and the prefix has none."""
     raw = [dict(chunk) for chunk in prefix if chunk.get("type") not in _SKIPPED]
     try:
-        shown = assemble(raw, message.id)
+        shown = assemble(raw, message.id, base=base)
     except MessageValidationError:
         return None
     chunks = _continue(raw, shown, message, finished=finished)
-    if chunks is None or not rebuilds(raw + chunks, message):
+    if chunks is None or not rebuilds(raw + chunks, message, base=base):
         return None
     return chunks
 
 
-def assemble(chunks: Iterable[Mapping[str, Any]], message_id: str) -> UIMessage:
-    """The message a client builds from ``chunks`` (interruptions skipped)."""
-    assembler = MessageAssembler(message_id)
+def assemble(
+    chunks: Iterable[Mapping[str, Any]], message_id: str, *, base: UIMessage | None = None
+) -> UIMessage:
+    """The message a client builds from ``chunks`` applied to ``base`` (None: to nothing),
+    interruptions skipped."""
+    if base is None:
+        assembler = MessageAssembler(message_id)
+    else:
+        assembler = MessageAssembler(message_id, metadata=base.metadata, parts=base.parts)
     for chunk in chunks:
         if chunk.get("type") not in _SKIPPED:
             assembler.feed(chunk)
     return assembler.message
 
 
-def rebuilds(chunks: Iterable[Mapping[str, Any]], message: UIMessage) -> bool:
-    """Whether ``chunks`` assemble into exactly ``message`` (parts and metadata)."""
+def rebuilds(
+    chunks: Iterable[Mapping[str, Any]], message: UIMessage, *, base: UIMessage | None = None
+) -> bool:
+    """Whether ``chunks`` applied to ``base`` assemble into exactly ``message`` (parts and
+    metadata)."""
     try:
-        built = assemble(chunks, message.id)
+        built = assemble(chunks, message.id, base=base)
     except MessageValidationError:
         return False
     return built.parts == message.parts and built.metadata == message.metadata
@@ -92,13 +119,17 @@ def _continue(
     raw: list[Wire], shown: UIMessage, message: UIMessage, *, finished: bool
 ) -> list[Wire] | None:
     have, want = shown.parts, message.parts
-    settled = max(len(have) - 1, 0)  # every part but the last must be exactly as stored
-    if len(have) > len(want) or have[:settled] != want[:settled]:
+    if len(have) > len(want):
         return None
     renderer = _Renderer.after(raw)
     chunks: list[Wire] = []
-    if have and have[-1] != want[len(have) - 1]:
-        tail = renderer.finish_part(have[-1], want[len(have) - 1])
+    for index, (part, stored) in enumerate(zip(have, want, strict=False)):
+        if part == stored:
+            continue
+        if index == len(have) - 1:  # the last part may be any part left open
+            tail = renderer.finish_part(part, stored)
+        else:  # before it only a tool call can still change: its chunks name their call
+            tail = _grow_any_tool(part, stored)
         if tail is None:
             return None
         chunks += tail
@@ -179,10 +210,7 @@ class _Renderer:
         if isinstance(have, TextPart | ReasoningPart) and type(have) is type(want):
             assert isinstance(want, TextPart | ReasoningPart)
             return self._grow(have, want)
-        if isinstance(have, ToolPart | DynamicToolPart) and type(have) is type(want):
-            assert isinstance(want, ToolPart | DynamicToolPart)
-            return _grow_tool(have, want)
-        return None
+        return _grow_any_tool(have, want)
 
     def _grow(
         self, have: TextPart | ReasoningPart, want: TextPart | ReasoningPart
@@ -197,6 +225,13 @@ class _Renderer:
         return chunks
 
 
+def _grow_any_tool(have: Part, want: Part) -> list[Wire] | None:
+    if isinstance(have, ToolPart | DynamicToolPart) and type(have) is type(want):
+        assert isinstance(want, ToolPart | DynamicToolPart)
+        return _grow_tool(have, want)
+    return None
+
+
 def _grow_tool(
     have: ToolPart | DynamicToolPart, want: ToolPart | DynamicToolPart
 ) -> list[Wire] | None:
@@ -204,7 +239,7 @@ def _grow_tool(
         return None
     if have.state == "input-streaming":  # its input had not arrived yet
         return [chunk for chunk in _tool(want) if chunk["type"] != "tool-input-start"]
-    return _tool_outcome(want)
+    return _tool_outcome(want, asked=have.state in AWAITING_ANSWER)
 
 
 def _delta(kind: str, block_id: str, text: str) -> list[Wire]:
@@ -232,7 +267,8 @@ def _tool(part: ToolPart | DynamicToolPart) -> list[Wire]:
     return [available, *_tool_outcome(part)]
 
 
-def _tool_outcome(part: ToolPart | DynamicToolPart) -> list[Wire]:
+def _tool_outcome(part: ToolPart | DynamicToolPart, *, asked: bool = False) -> list[Wire]:
+    """The chunks of the call's outcome (``asked``: its approval request was shown)."""
     base: Wire = {"toolCallId": part.tool_call_id}
     if part.provider_executed is not None:
         base["providerExecuted"] = part.provider_executed
@@ -241,18 +277,20 @@ def _tool_outcome(part: ToolPart | DynamicToolPart) -> list[Wire]:
         return [output if part.preliminary is None else {**output, "preliminary": part.preliminary}]
     if part.state == "output-error":
         return [{"type": "tool-output-error", **base, "errorText": part.error_text or ""}]
-    return _approval_outcome(part)
+    return _approval_outcome(part, asked=asked)
 
 
-def _approval_outcome(part: ToolPart | DynamicToolPart) -> list[Wire]:
-    """An approval asked (and, once answered, a denial), as the AI SDK's chunks say them."""
+def _approval_outcome(part: ToolPart | DynamicToolPart, *, asked: bool) -> list[Wire]:
+    """An approval asked (unless ``asked``) and, once answered, a denial, as the AI SDK's
+    chunks say them."""
     call: Wire = {"toolCallId": part.tool_call_id}
     if part.approval is None or part.state not in _APPROVAL_STATES:
         return []
-    asked: Wire = {"type": "tool-approval-request", "approvalId": part.approval.id, **call}
+    request: Wire = {"type": "tool-approval-request", "approvalId": part.approval.id, **call}
+    chunks = [] if asked else [request]
     if part.state == "output-denied":
-        return [asked, {"type": "tool-output-denied", **call}]
-    return [asked]
+        return [*chunks, {"type": "tool-output-denied", **call}]
+    return chunks
 
 
 _APPROVAL_STATES = frozenset({"approval-requested", "approval-responded", "output-denied"})

@@ -27,7 +27,8 @@ from tests.apps.agents import Recorder
 from tests.support.builders import buffer_key, directive, user, wait_for_status, wait_until
 from tests.support.processes import PrivateRedis, worker_processes
 from tests.support.proxy import Proxy, proxy_to
-from think_jobs import Think, ThinkJobs
+from think_jobs import Think, ThinkJobs, tool
+from think_jobs.assembly import MessageAssembler
 from think_jobs.db.dialect import db_now_plus
 from think_jobs.db.tables import agents
 from think_jobs.domain.records import Drained
@@ -36,9 +37,10 @@ from think_jobs.engine.execution import INTERRUPTED, Claimed, TurnResult, claim,
 from think_jobs.engine.queueing import AgentRef
 from think_jobs.engine.submissions import find_turn
 from think_jobs.engine.watch import CLOCK, TurnWatch, WatchTimings
-from think_jobs.messages import message_text
+from think_jobs.messages import ToolPart, UIMessage, message_text
 from think_jobs.models import ModelRequest
 from think_jobs.replay import assemble
+from think_jobs.tools import Tool
 
 Gate = tuple[threading.Event, threading.Event]  # (reached, go on)
 GATES: dict[tuple[str, int], Gate] = {}  # (agent name, attempt) -> its gate
@@ -486,3 +488,143 @@ def _stream_owner(agent: Think, submission: str) -> int:
     assert turn is not None
     owner = agent.jobs.redis.hget(agent.jobs.keys.stream_state(agent.address, turn.id), "epoch")
     return int(owner) if owner is not None else 0
+
+
+# -- an approval's continuation: its stream extends the reply it answers ----------------------
+
+
+class GatedApprover(Gated):
+    """Its first turn calls ``pay``, which needs approval; the continuation the approval lets
+    run streams as ``Gated`` does (``a1 a2 a3``, its gate, then its recoveries' ``b1 b2``)."""
+
+    def get_model(self) -> GatedModel:
+        return ApprovalGatedModel(self.name)
+
+    def get_tools(self) -> dict[str, Tool]:
+        @tool(needs_approval=True)
+        def pay(amount: int) -> str:
+            """Pay an amount."""
+            return f"paid {amount}"
+
+        return {"pay": pay}
+
+
+class ApprovalGatedModel(GatedModel):
+    def stream(self, request: ModelRequest) -> Iterator[dict[str, Any]]:
+        if not any(m.role == "assistant" for m in request.messages):  # the turn that asks
+            yield {"type": "tool-input-start", "toolCallId": "call-1", "toolName": "pay"}
+            yield {
+                "type": "tool-input-available",
+                "toolCallId": "call-1",
+                "toolName": "pay",
+                "input": {"amount": 7},
+            }
+            return
+        reply = request.messages[-1]  # the reply it extends: a recovery finds text in it
+        if any(part.type == "text" for part in reply.parts):
+            yield from self._words(["b1 ", "b2"], pause_at=0, attempt=2)
+        else:
+            yield from self._words(["a1 ", "a2 ", "a3 ", "a4 ", "a5"], pause_at=3, attempt=1)
+
+
+def paused_continuation(jobs: ThinkJobs) -> tuple[Think, str, Any, threading.Thread]:
+    """A new ``both-*`` agent's turn asked for an approval and got it; the continuation's
+    first attempt runs in a thread until its gate (``a1 a2 a3`` streamed). Returns the agent,
+    the continuation's request id, the reply it extends (answered), and that thread."""
+    name = f"both-{uuid.uuid4().hex[:8]}"
+    agent = jobs.get_agent(GatedApprover, name)
+    agent.submit_messages([user("pay")])
+    agent_id = jobs.agent_id_of(agent, create=False)
+    assert agent_id is not None
+    assert worker.drain(jobs.services, agent_id) == Drained(1)  # it asked; the line waits
+    (approval,) = agent.list_approvals(status="pending")
+    asked = _as_answered(_stored_reply(agent), approval.approval_id)
+    agent.respond_to_approval(approval.approval_id, True)
+    claimed = claim(jobs.services, AgentRef(agent_id, agent.agent_type, name))
+    assert isinstance(claimed, Claimed)
+    thread = threading.Thread(target=run_and_release, args=(jobs.services, claimed))
+    thread.start()
+    assert gate(name, 1)[0].wait(30)
+    key = buffer_key(agent, approval.continuation_id)
+    wait_until(lambda: any(b'"delta":"a3 "' in item for item in jobs.redis.lrange(key, 0, -1)))
+    return agent, approval.continuation_id, asked, thread
+
+
+def _as_answered(reply: UIMessage, approval_id: str) -> UIMessage:
+    """The reply that asked, as a client holds it once it approved (what the AI SDK's
+    ``addToolApprovalResponse`` does to the part): what the continuation's stream applies to."""
+    wire = reply.to_wire()
+    (part,) = [p for p in wire["parts"] if p["type"] == "tool-pay"]
+    assert part["state"] == "approval-requested"
+    part["state"] = "approval-responded"
+    part["approval"] = {"id": approval_id, "approved": True}
+    return UIMessage.model_validate(wire)
+
+
+def assert_the_stream_extends_the_reply_it_answers(
+    agent: Think, continuation: str, asked: Any, *, attempt: int
+) -> None:
+    """The continuation completed by ``attempt`` and its stream, applied to the reply it
+    answers (as ``useChat`` continues that message), rebuilds the stored reply exactly."""
+    found = agent.inspect_submission(continuation)
+    assert found is not None and (found.status, found.attempt) == ("completed", attempt)
+    reply = _stored_reply(agent)
+    assert reply.id == asked.id and message_text(reply) == "a1 a2 a3 b1 b2"
+    (paid,) = [p for p in reply.parts if isinstance(p, ToolPart)]
+    assert paid.approval is not None and paid.approval.approved is True  # the answer stays
+    events = list(agent.stream(continuation, timeout_s=5))
+    assert [e.done for e in events].count(True) == 1 and events[-1].done
+    chunks = [e.chunk for e in events if e.chunk is not None]
+    assembler = MessageAssembler(reply.id, parts=asked.parts)
+    for chunk in chunks:
+        if chunk["type"] not in ("abort", "error"):
+            assembler.feed(chunk)
+    assert assembler.message.parts == reply.parts
+
+
+def test_a_continuation_recovered_after_redis_lost_its_stream_streams_its_stored_partial_first(
+    make_jobs: Any, server: PrivateRedis
+) -> None:
+    """As ``test_a_recovery_after_redis_lost_the_stream_streams_the_stored_partial_first``,
+    for an approval's continuation: its stream extends the reply the approval answered, so
+    what attempt 3 must stream first is what the stored partial adds to that reply (before
+    2026-12-06 evening it streamed ``b1 b2`` alone)."""
+    jobs = make_jobs(lease_ttl_s=300, redis_url=server.url)
+    agent, continuation, asked, first = paused_continuation(jobs)
+    expire_lease(jobs, agent)
+    second = _drain_in_thread(jobs, agent)
+    assert gate(agent.name, 2)[0].wait(30)  # its partial stored: it is about to stream
+    assert message_text(_stored_reply(agent)) == "a1 a2 a3 "
+    server.stop()
+    server.start()  # empty
+    expire_lease(jobs, agent)
+    third = _drain_in_thread(jobs, agent)
+    wait_until(lambda: _stream_owner(agent, continuation) == 3)
+    resume(agent.name, second, attempt=2)
+    third.join(30)
+    assert not third.is_alive()
+    resume(agent.name, first)
+    assert_the_stream_extends_the_reply_it_answers(agent, continuation, asked, attempt=3)
+
+
+def test_a_continuation_whose_stream_redis_lost_is_rebuilt_without_the_reply_it_answers(
+    make_jobs: Any, server: PrivateRedis
+) -> None:
+    """A reader of a finished continuation whose buffer Redis lost gets the stream rebuilt
+    from the database: only what the continuation added, not the reply it answers again
+    (which ``useChat``, continuing that message, would show twice)."""
+    jobs = make_jobs(lease_ttl_s=300, redis_url=server.url)
+    agent, continuation, asked, first = paused_continuation(jobs)
+    resume(agent.name, first)
+    server.stop()
+    server.start()  # empty
+    found = agent.inspect_submission(continuation)
+    assert found is not None and found.status == "completed"
+    reply = _stored_reply(agent)
+    assert message_text(reply) == "a1 a2 a3 a4 a5"
+    events = list(agent.stream(continuation, timeout_s=5))
+    chunks = [e.chunk for e in events if e.chunk is not None]
+    assembler = MessageAssembler(reply.id, parts=asked.parts)
+    for chunk in chunks:
+        assembler.feed(chunk)
+    assert assembler.message.parts == reply.parts

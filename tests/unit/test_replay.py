@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from think_jobs.messages import DataPart, FilePart, TextPart, UIMessage
-from think_jobs.replay import assemble, rebuilds, render, suffix
+from think_jobs.messages import DataPart, FilePart, TextPart, ToolApproval, ToolPart, UIMessage
+from think_jobs.replay import assemble, extension, rebuilds, render, suffix
 
 words = st.text(alphabet="abc é\n", min_size=0, max_size=6)
 
@@ -130,3 +130,55 @@ def test_render_keeps_parts_a_chunk_cannot_carry_out_only_where_they_cannot_be()
     assert not rebuilds(render(with_name), with_name)  # a file chunk has no file name
     data = UIMessage(id="m1", role="assistant", parts=[DataPart(type="data-x", data={"a": [1]})])
     assert rebuilds(render(data), data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(stream(), st.data())
+def test_suffix_completes_every_prefix_of_a_stream_that_extends_a_reply(
+    chunks: list[dict[str, Any]], data: st.DataObject
+) -> None:
+    """An approval's continuation streams only what it adds to the reply it answers (its
+    ``base``, which ended with a step): applied to that reply, any prefix is completed."""
+    steps_end = [n + 1 for n, chunk in enumerate(chunks) if chunk["type"] == "finish-step"]
+    split = data.draw(st.sampled_from(steps_end))
+    base = assemble(chunks[:split], "m1")
+    added = [{"type": "start", "messageId": "m1"}, *chunks[split:]]
+    reply = assemble(added, "m1", base=base)
+    whole = extension(reply, base)
+    assert whole is not None and rebuilds(whole, reply, base=base)
+    cut = data.draw(st.integers(0, len(added)))
+    rest = suffix(added[:cut], reply, base=base)
+    assert rest is not None
+    assert rebuilds(added[:cut] + rest, reply, base=base)
+
+
+def _call(call_id: str, state: str, **fields: Any) -> ToolPart:
+    return ToolPart(type="tool-pay", tool_call_id=call_id, state=state, input={}, **fields)
+
+
+def test_a_continuation_rebuilt_from_nothing_carries_every_answered_call_s_outcome() -> None:
+    """Two calls answered at once: the continuation's stream gives both their outcome, the
+    earlier one included (only a tool call can change before the stream's last part)."""
+    yes, no = ToolApproval(id="a1", approved=True), ToolApproval(id="a2", approved=False)
+    base = UIMessage(
+        id="m1",
+        role="assistant",
+        parts=[
+            _call("c1", "approval-responded", approval=yes),
+            _call("c2", "approval-responded", approval=no),
+        ],
+    )
+    reply = UIMessage(
+        id="m1",
+        role="assistant",
+        parts=[
+            _call("c1", "output-available", output="paid", approval=yes),
+            _call("c2", "output-denied", approval=no),
+            TextPart(text="done", state="done"),
+        ],
+    )
+    rest = extension(reply, base)
+    assert rest is not None and rebuilds(rest, reply, base=base)
+    kinds = [chunk["type"] for chunk in rest]
+    assert kinds[:3] == ["start", "tool-output-available", "tool-output-denied"]
+    assert kinds[-1] == "finish"

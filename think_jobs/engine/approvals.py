@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from think_jobs import validation
+from think_jobs.assembly import MessageAssembler
 from think_jobs.db import approvals as approval_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
@@ -33,7 +34,7 @@ from think_jobs.domain.status import ApprovalStatus, Kind, Status
 from think_jobs.engine import events
 from think_jobs.engine.ports import AgentHooks, Services
 from think_jobs.errors import InvalidInputError, UnknownApprovalError
-from think_jobs.messages import DynamicToolPart, ToolApproval, ToolPart, UIMessage
+from think_jobs.messages import AWAITING_ANSWER, DynamicToolPart, ToolApproval, ToolPart, UIMessage
 from think_jobs.results import Approval
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ __all__ = [
     "hold_place",
     "list_for",
     "respond",
+    "responded",
 ]
 
 
@@ -201,6 +203,26 @@ def extended(turn: TurnRecord) -> UIMessage | None:
     if turn.extends is None:
         return None
     return UIMessage.model_validate(turn.extends)
+
+
+def responded(reply: UIMessage, answers: Sequence[ApprovalAnswer]) -> UIMessage:
+    """``reply`` as a client holds it once its approvals are answered (the AI SDK's
+    ``addToolApprovalResponse``): each call still waiting for one of ``answers`` in
+    ``approval-responded``, as the model loop records it. A continuation's stream applies
+    to this: it carries the tools' outputs (or ``tool-output-denied``) and what follows."""
+    assembler = MessageAssembler(reply.id, metadata=reply.metadata, parts=reply.parts)
+    waiting = {
+        part.tool_call_id
+        for part in reply.parts
+        if isinstance(part, ToolPart | DynamicToolPart) and part.state in AWAITING_ANSWER
+    }
+    for answer in answers:
+        if answer.tool_call_id in waiting:
+            approval = ToolApproval(
+                id=answer.approval_id, approved=answer.approved, reason=answer.reason
+            )
+            assembler.respond(answer.tool_call_id, approval)
+    return assembler.message
 
 
 def answers_for(services: Services, continuation: TurnRecord) -> list[ApprovalAnswer]:

@@ -211,11 +211,15 @@ class Attempt:
         own_id = self.turn.assistant_message_id
         stored = next((m for m in history if m.id == own_id), None)
         seed = approvals.extended(self.turn)  # an approval continuation's stream extends it
-        recovered = continuation.recover(self.turn, self.writer.prefix, stored, seed=seed)
-        if seed is not None:  # answers not applied yet apply now
+        if seed is not None:  # answers not applied yet apply now; its stream applies to them
             self.answers = approvals.answers_for(self.services, self.turn)
-        elif not recovered.from_stream:  # the stream must lead to the stored partial too
-            self.writer.continue_from(recovered.message)
+            seed = approvals.responded(seed, self.answers)
+        recovered = continuation.recover(self.turn, self.writer.prefix, stored, seed=seed)
+        if not recovered.from_stream:  # the stream must lead to the stored partial too
+            base = recovered.message
+            if seed is not None:
+                base = approvals.responded(base, self.answers)
+            self.writer.continue_from(base, extends=seed)
         metrics.RECOVERIES.labels(self.agent.agent_type, "continuation").inc()
         self._store_recovered(recovered)
         log.info("turn resumed", extra={**self.log_fields(), "finished": recovered.finished})

@@ -55,6 +55,7 @@ from think_jobs.limits import (
     well_formed,
 )
 from think_jobs.messages import (
+    AWAITING_ANSWER,
     DynamicToolPart,
     Part,
     ToolApproval,
@@ -152,10 +153,7 @@ class TurnRunner:
         """Answered approvals of tool calls still waiting: run the tool, or say it was denied."""
         if not self.answers:
             return
-        waiting = {
-            part.tool_call_id: part
-            for part in _tool_calls(self.assembler, ("approval-requested", "approval-responded"))
-        }
+        waiting = {part.tool_call_id: part for part in _tool_calls(self.assembler, AWAITING_ANSWER)}
         for answer in self.answers:
             part = waiting.get(answer.tool_call_id)
             if part is None:

@@ -269,7 +269,8 @@ class StreamWriter:
         self._sending = False  # a send is in flight (read by the flusher without the lock)
         self._expiry_set = False
         self._failed_at: float | None = None
-        self._base: UIMessage | None = None  # the reply a recovery continues, not yet matched
+        # the reply a recovery continues, not yet matched, and the reply that one extends
+        self._base: tuple[UIMessage, UIMessage | None] | None = None
         self.lost = False  # a newer attempt owns the stream
         self.diverged = False  # the stream shows more than the reply this attempt continues
         self.sealed = False  # the stream was ended from the database (its turn ended there)
@@ -305,16 +306,17 @@ class StreamWriter:
                     return True
         return False
 
-    def continue_from(self, base: UIMessage) -> None:
+    def continue_from(self, base: UIMessage, *, extends: UIMessage | None = None) -> None:
         """A recovering attempt continues ``base`` (its partial reply, rebuilt from the stream
         or, when that held none or could not be read, from the database): the stream must
         lead to it before the attempt's own chunks. What the buffer lacks of it — all of it
         when Redis lost the buffer — goes out first: now if the buffer was read
         (``take_over``), else once it is, at the first send. A buffer that does not lead to
         ``base`` (the attempt started without reading it: it shows more) makes the writer
-        ``diverged``, and nothing of the attempt is sent."""
+        ``diverged``, and nothing of the attempt is sent. ``extends``: the reply an approval's
+        continuation extends, as a client holds it (its stream's chunks apply to it)."""
         with self._lock:
-            self._base = base
+            self._base = (base, extends)
             if self._known is not None:
                 self._match_base()
 
@@ -331,12 +333,19 @@ class StreamWriter:
     def _match_base(self) -> bool:
         """Queue what the buffer lacks of the base before everything pending (the lock is
         held); False, and ``diverged``, when the buffer does not lead to it."""
-        base, self._base = self._base, None
+        pending, self._base = self._base, None
         assert self._known is not None
-        if base is None:
+        if pending is None:
             return True
+        base, extends = pending
         shown = [event.chunk for event in map(decode_event, self._known) if event.chunk]
-        missing = replay.suffix(shown, base, finished=False) if shown or base.parts else []
+        missing = replay.suffix(shown, base, finished=False, base=extends)
+        if missing is None and not shown:  # the stored partial does not extend that reply
+            log.warning(
+                "stored partial of request %s does not extend the reply it continues: its "
+                "stream gets only what attempt %d adds", self.ref.request_id, self.epoch,
+            )  # fmt: skip
+            missing = []
         if missing is None:
             log.warning(
                 "stream of request %s shows more than the reply attempt %d continued (Redis "
@@ -620,6 +629,7 @@ class StoredEnd:
     status: str
     error: str | None
     reply: UIMessage | None
+    base: UIMessage | None = None  # an approval's continuation: the reply its chunks apply to
 
 
 StoredTurn = Callable[[], "StoredEnd | None"]  # None while the turn is not finished
@@ -659,9 +669,13 @@ def _missing(ref: StreamRef, events: list[StreamEvent], end: StoredEnd) -> list[
     if end.reply is None:
         return []
     chunks = [event.chunk for event in events if event.chunk is not None]
-    if not chunks:
-        return replay.render(end.reply, finished=end.status == Status.COMPLETED)
-    rest = replay.suffix(chunks, end.reply, finished=end.status == Status.COMPLETED)
+    finished = end.status == Status.COMPLETED
+    if chunks:
+        rest = replay.suffix(chunks, end.reply, finished=finished, base=end.base)
+    elif end.base is None:
+        return replay.render(end.reply, finished=finished)
+    else:
+        rest = replay.extension(end.reply, end.base, finished=finished)
     if rest is None:
         log.warning("stream of request %s does not lead to its stored reply", ref.request_id)
         return []
