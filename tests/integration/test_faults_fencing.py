@@ -174,22 +174,24 @@ def route(request: pytest.FixtureRequest, fault_env: dict[str, str]) -> Iterator
         yield {"THINK_JOBS_DATABASE_URL": pooled, "THINK_JOBS_DB_POOLER": "transaction"}
 
 
-def test_a_worker_frozen_inside_a_transaction_holds_its_agent_only_until_postgresql_ends_it(
+def test_a_worker_frozen_in_its_heartbeat_holds_nothing_once_the_statement_ran(
     fault_jobs: ThinkJobs, fault_env: dict[str, str], route: dict[str, str]
 ) -> None:
-    """SIGSTOP lands between a heartbeat's renewal, which locks the agent's row, and its
-    COMMIT. To hit that window every time, the test holds the row itself, so the renewal
-    waits; freezes the worker; then lets the renewal through: the frozen worker's session
-    sits idle in a transaction, holding the row. PostgreSQL ends that session after
-    ``db_idle_transaction_timeout_s``: a submit to the agent, which needs the row, returns
-    instead of waiting for ever; the lease lapses, another worker finishes the frozen turn,
-    then the new one; and the frozen worker, resumed, writes nothing stale."""
-    env = {**fault_env, **route, "THINK_JOBS_DB_IDLE_TRANSACTION_TIMEOUT_S": "3"}
+    """SIGSTOP lands while a heartbeat's renewal waits for the agent's row (the test holds the
+    row, so the renewal waits; freezes the worker; then lets the renewal through). The
+    heartbeat is one statement in autocommit: it commits as it ends, and the frozen worker's
+    session holds nothing. A submit to the agent goes through at once (with an idle
+    transaction bound of 10 minutes: before 2026-12-06 evening the renewal was a transaction
+    of three statements, its session sat idle in it holding the row, and the submit waited for
+    that bound); the lease lapses after its TTL, another worker finishes the frozen turn, then
+    the new one; and the frozen worker, resumed, writes nothing stale."""
+    env = {**fault_env, **route, "THINK_JOBS_DB_IDLE_TRANSACTION_TIMEOUT_S": "600"}
     admitted = submit_load(fault_jobs, agents=1, per_agent=1, words=80, delay_s=0.1)
     agent = fault_jobs.get_agent(Recorder, "agent-0")
     with workers([env]) as [frozen]:
         wait_until(lambda: _calls_of(fault_jobs, frozen), 60)
-        backend = _renewal_frozen_holding_the_row(fault_jobs, frozen)
+        backend = _frozen_while_its_write_waits(fault_jobs, frozen, "WITH renewed")
+        wait_until(lambda: _backends(fault_jobs).get(backend) == "idle", 10, interval_s=0.01)
         late: list[str] = []
         submitting = threading.Thread(
             target=lambda: late.append(
@@ -197,51 +199,102 @@ def test_a_worker_frozen_inside_a_transaction_holds_its_agent_only_until_postgre
             )
         )
         submitting.start()
+        submitting.join(30)
+        assert late, "a submit to the agent waited on a row the frozen worker still locked"
+        admitted["agent-0"].append(("agent-0#1", late[0]))
+        _finish_with_another_worker(fault_jobs, env, frozen, admitted)
+        report = check(fault_jobs, admitted, Report("frozen in a heartbeat", faults=1))
+    assert_clean(_judge_tails(fault_jobs, report), took_over=True)
+
+
+def test_a_worker_frozen_inside_a_transaction_holds_its_agent_only_until_postgresql_ends_it(
+    fault_jobs: ThinkJobs, fault_env: dict[str, str], route: dict[str, str]
+) -> None:
+    """A write of several statements still runs in a transaction: a hook's
+    ``clear_messages``, fenced by its turn's lease (renew, delete, commit). SIGSTOP lands
+    between its renewal, which locks the agent's row, and its COMMIT (the test holds the row
+    so the renewal waits, freezes the worker, then lets the renewal through): the frozen
+    worker's session sits idle in a transaction, holding the row. PostgreSQL ends that
+    session after ``db_idle_transaction_timeout_s``: a submit to the agent, which needs the
+    row, returns instead of waiting for ever; the reset is rolled back; the lease lapses and
+    another worker runs the new turn; the frozen worker, resumed, finds its write gone."""
+    env = {**fault_env, **route, "THINK_JOBS_DB_IDLE_TRANSACTION_TIMEOUT_S": "3"}
+    agent = fault_jobs.get_agent(HookResetter, "h")
+    agent.submit_messages([directive("m-1", label="first", text="reset")])
+    go = Path(fault_env["TJ_TEST_JOURNAL"] + ".go")
+    with workers([env]) as [frozen]:
+        wait_until(lambda: _events(fault_jobs, "hook"), 60)
+        backend = _frozen_while_its_write_waits(
+            fault_jobs, frozen, "UPDATE think_agents", before=go.touch
+        )
+        idle = "idle in transaction"
+        wait_until(lambda: _backends(fault_jobs).get(backend) == idle, 10, interval_s=0.01)
+        late: list[str] = []
+        submitting = threading.Thread(
+            target=lambda: late.append(
+                agent.submit_messages([directive("m-2", label="second")]).submission_id
+            )
+        )
+        submitting.start()
         submitting.join(30)  # the lock is held until PostgreSQL ends the frozen session
         assert late, "a submit to the agent waited on the row the frozen worker locked"
         wait_until(lambda: backend not in _backends(fault_jobs), 10, interval_s=0.01)
-        admitted["agent-0"].append(("agent-0#1", late[0]))
         with workers([env]):
-            wait_until(lambda: unfinished(fault_jobs, admitted) == 0, 120, interval_s=0.2)
-            Journal(fault_jobs).write(
-                {"what": "resumed", "pid": frozen.process.pid, "t": time.time()}
-            )
+            ended = wait_for_status(agent, late[0], "completed", "aborted")
             os.killpg(frozen.process.pid, signal.SIGCONT)
-            wait_until(lambda: not _calls_of(fault_jobs, frozen), 60)
-            report = check(fault_jobs, admitted, Report("frozen in a transaction", faults=1))
-    assert_clean(_judge_tails(fault_jobs, report), took_over=True)
+            (reset,) = wait_until(lambda: _events(fault_jobs, "reset"), 60)
+    assert (ended.status, ended.error) == ("completed", None)
+    assert reset["pid"] == frozen.process.pid and reset["raised"] is not None
+    replies = [(m.role, message_text(m)) for m in agent.get_messages()]
+    assert [role for role, _ in replies] == ["user", "assistant", "user", "assistant"]
+    assert replies[1] == ("assistant", "reset")
+
+
+def _finish_with_another_worker(
+    jobs: ThinkJobs, env: dict[str, str], frozen: WorkerProcess, admitted: dict[str, Any]
+) -> None:
+    """Another worker finishes every admitted turn; then the frozen one is resumed and runs
+    until it has no model call open."""
+    with workers([env]):
+        wait_until(lambda: unfinished(jobs, admitted) == 0, 120, interval_s=0.2)
+        Journal(jobs).write({"what": "resumed", "pid": frozen.process.pid, "t": time.time()})
+        os.killpg(frozen.process.pid, signal.SIGCONT)
+        wait_until(lambda: not _calls_of(jobs, frozen), 60)
 
 
 def _calls_of(jobs: ThinkJobs, worker: WorkerProcess) -> list[dict[str, Any]]:
     return [call for call in open_calls(jobs) if call["pid"] == worker.process.pid]
 
 
-def _renewal_frozen_holding_the_row(jobs: ThinkJobs, worker: WorkerProcess) -> int:
-    """Freeze ``worker`` just after its next lease renewal locked the agent's row, before it
-    commits; returns the worker's frozen database backend."""
+def _frozen_while_its_write_waits(
+    jobs: ThinkJobs, worker: WorkerProcess, statement: str, *, before: Callable[[], Any] = list
+) -> int:
+    """Freeze ``worker`` while a statement of its on the agents' table beginning with
+    ``statement`` waits for the agent's row, which the test holds (``before`` runs once the
+    row is held); then free the row. Returns the worker's frozen database backend."""
     with jobs.db.engine.connect() as conn, conn.begin():
-        conn.exec_driver_sql("SELECT id FROM think_agents FOR UPDATE")  # the renewal waits
-        waiting: int = wait_until(lambda: _waiting_renewal(jobs), 30, interval_s=0.01)
+        conn.exec_driver_sql("SELECT id FROM think_agents FOR UPDATE")  # its write waits
+        before()
+        waiting: int = wait_until(lambda: _waiting_write(jobs, statement), 30, interval_s=0.01)
         Journal(jobs).write({"what": "stopping", "pid": worker.process.pid, "t": time.time()})
         os.killpg(worker.process.pid, signal.SIGSTOP)
         wait_until(lambda: _state(worker.process.pid) == "T", 10, interval_s=0.005)
         Journal(jobs).write(
             {"what": "stopped", "pid": worker.process.pid, "t": time.time(), "lease_ttl_s": 2.0}
         )
-    idle = "idle in transaction"
-    wait_until(lambda: _backends(jobs).get(waiting) == idle, 10, interval_s=0.01)
     return waiting
 
 
-def _waiting_renewal(jobs: ThinkJobs) -> int | None:
-    """The backend of a statement on the agents' table waiting for a row lock, if any."""
+def _waiting_write(jobs: ThinkJobs, statement: str) -> int | None:
+    """The backend of a statement beginning with ``statement`` (on the agents' table) that
+    waits for a row lock, if any."""
     query = (
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-        "AND wait_event_type = 'Lock' AND query ILIKE '%%think_agents%%' "
-        "AND pid <> pg_backend_pid()"
+        "AND wait_event_type = 'Lock' AND query ILIKE %(prefix)s "
+        "AND query ILIKE '%%think_agents%%' AND pid <> pg_backend_pid()"
     )
     with jobs.db.read() as conn:
-        found = conn.exec_driver_sql(query).scalar()
+        found = conn.exec_driver_sql(query, {"prefix": statement + "%"}).scalar()
     return int(found) if found is not None else None
 
 

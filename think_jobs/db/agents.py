@@ -10,6 +10,8 @@ from sqlalchemy import Connection, bindparam, case, func, literal, null, or_, se
 
 from think_jobs.db.dialect import db_now, db_now_plus, insert_ignoring_conflicts, seconds_param
 from think_jobs.db.tables import agents, turns
+from think_jobs.db.turns import record_of_row
+from think_jobs.domain.records import TurnRecord
 from think_jobs.domain.status import Status
 from think_jobs.reports import AgentCounts
 
@@ -117,6 +119,29 @@ def renew_lease(conn: Connection, agent_id: int, token: str, *, ttl_s: float) ->
     values = {"agent_row": agent_id, "token": token, "ttl_s": ttl_s}
     row = conn.execute(RENEW, values).one_or_none()
     return None if row is None else Held(int(row[0]), row[1])
+
+
+_RENEWED = RENEW.cte("renewed")
+_HEARTBEAT = select(_RENEWED.c.admitted, _RENEWED.c.now, *turns.c).select_from(
+    _RENEWED.outerjoin(turns, turns.c.id == bindparam("watched_turn"))
+)
+
+
+def renew_reading_turn(
+    conn: Connection, agent_id: int, token: str, *, ttl_s: float, turn_id: int
+) -> tuple[Held, TurnRecord | None] | None:
+    """``renew_lease`` and the turn's row (None: deleted) in one statement, for a connection
+    in autocommit (PostgreSQL): it commits as it ends, so a process frozen or cut off around it
+    leaves no transaction holding the agent's row. The turn is read from the statement's
+    snapshot, taken before the renewal waited for the row, if it did: a status set meanwhile
+    shows at the next heartbeat. None if the lease was lost."""
+    values = {"agent_row": agent_id, "token": token, "ttl_s": ttl_s, "watched_turn": turn_id}
+    row = conn.execute(_HEARTBEAT, values).one_or_none()
+    if row is None:
+        return None
+    found = row._mapping
+    turn = None if found[turns.c.id] is None else record_of_row({c.name: found[c] for c in turns.c})
+    return Held(int(found[_RENEWED.c.admitted]), found[_RENEWED.c.now]), turn
 
 
 RELEASE = (

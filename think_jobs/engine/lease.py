@@ -150,9 +150,24 @@ class Lease:
 
     def heartbeat(self, turn_id: int) -> TurnRecord | None:
         """Renew the lease and read the turn (a cancel that found Redis down shows here).
-        Raises ``LeaseLost``, or ``StorageUnavailableError`` when the database is out of reach."""
-        with self.write("heartbeat") as conn:
-            return turn_ops.get_turn_by_id(conn, turn_id)
+        On PostgreSQL one statement in autocommit (``agent_ops.renew_reading_turn``): the
+        write a running turn makes most often holds the agent's row for no longer than the
+        statement, whatever happens to this process around it. Raises ``LeaseLost``, or
+        ``StorageUnavailableError`` when the database is out of reach."""
+        if not self.db.one_statement_writes:
+            with self.write("heartbeat") as conn:
+                return turn_ops.get_turn_by_id(conn, turn_id)
+        sent = time.monotonic()
+        with self.db.statement() as conn:
+            found = agent_ops.renew_reading_turn(
+                conn, self.agent_id, self.token, ttl_s=self.ttl_s, turn_id=turn_id
+            )
+        if found is None:
+            raise self._lost("heartbeat")
+        held, turn = found
+        self.db_now, self.held, self.renewed_at = held.now, held, sent
+        self.valid_until = sent + self.ttl_s
+        return turn
 
     def release(self, *, ended_seq: int | None) -> Released:
         """Give the lease back and return the agent's new head (``head_after``); raises
