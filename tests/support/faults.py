@@ -198,8 +198,21 @@ def _check_streams(
             stored = message_text(reply) if reply is not None else None
             report.problems.append(
                 f"{label}: the stream does not rebuild the stored reply (attempts "
-                f"{sorted(set(attempts))}; streamed {streamed!r}; stored {stored!r})"
+                f"{sorted(set(attempts))}; streamed {streamed!r}; stored {stored!r}; "
+                f"by attempt: {_by_attempt(events)}; the submission: attempt {found.attempt}, "
+                f"status {found.status}, error {found.error!r})"
             )
+
+
+def _by_attempt(events: list[Any]) -> str:
+    """What each attempt put in a stream, as text deltas and chunk types (a post-mortem)."""
+    shown: list[str] = []
+    for attempt, group in itertools.groupby(events, key=lambda e: e.attempt or 0):
+        chunks = [e.chunk for e in group if e.chunk is not None]
+        text = "".join(c.get("delta", "") for c in chunks if c.get("type") == "text-delta")
+        kinds = Counter(str(c.get("type")) for c in chunks if c.get("type") != "text-delta")
+        shown.append(f"{attempt}: {text!r} + {dict(kinds)}")
+    return "; ".join(shown)
 
 
 def _check_statuses(
