@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.apps.agents import Recorder
+from tests.apps.agents import Recorder, read_events
 from tests.support.builders import directive, wait_for_status
 from tests.support.pg_failover import read_only
 from tests.support.processes import WorkerProcess, worker_processes
 from think_jobs import StorageUnavailableError, Think, ThinkJobs
+from think_jobs.messages import message_text
+from think_jobs.replay import assemble
 from think_jobs.testing import wait_until
 
 pytestmark = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
@@ -53,6 +55,51 @@ def test_a_failover_to_a_read_only_server_and_back_loses_nothing_and_strands_not
     assert not worker.lines("raised unexpected"), "".join(worker.output[-40:])
     stored = [m.id for m in agent.get_messages() if m.role == "user"]
     assert stored == ["m-1", "m-2"]  # none of the refused submissions
+
+
+def test_a_final_write_refused_by_a_failover_goes_in_once_the_database_takes_writes(
+    fault_jobs: ThinkJobs, fault_env: dict[str, str], database_url: str
+) -> None:
+    """The model has finished (the journal says ``holding``: its call returns 0.5 s later,
+    then the final write) when the database fails over, shorter than the 6 s lease: the
+    worker tries its final write again until it goes in, so the turn ends on its first
+    attempt, its stream ended by that attempt and rebuilding the reply. Before 2026-12-06
+    the write failed once, Celery retried the drain, and the turn waited for its lease to
+    lapse and was finished by a recovery (attempt 2); a turn cancelled meanwhile lost what
+    it had streamed since its last stored partial."""
+    env = {**fault_env, "THINK_JOBS_LEASE_TTL_S": "6"}
+    agent = fault_jobs.get_agent(Recorder, "final-write")
+    text = " ".join(f"w{i}" for i in range(20))
+    with worker_processes(env, count=1) as [worker]:
+        submitted = agent.submit_messages(
+            [directive("m-1", label="a", text=text, delay_s=0.01, hold_s=0.5)]
+        )
+        wait_until(lambda: _holding(fault_jobs, "a"), 30, interval_s=0.01)
+        with read_only(database_url.rsplit("/", 1)[1]):
+            wait_until(lambda: worker.lines("final write of request"), 15)
+        wait_until(lambda: _answers(agent, submitted.submission_id), 10)  # our own pool, too
+        found = wait_for_status(agent, submitted.submission_id, "completed")
+        events = list(agent.stream(submitted.submission_id, timeout_s=10))
+    assert found.attempt == 1, "".join(worker.output[-40:])
+    assert events[-1].done and events[-1].attempt == 1  # the attempt ended its own stream
+    (reply,) = [m for m in agent.get_messages() if m.role == "assistant"]
+    assert message_text(reply) == text
+    chunks = [e.chunk for e in events if e.chunk is not None]
+    assert assemble(chunks, reply.id).parts == reply.parts
+
+
+def _answers(agent: Think, submission_id: str) -> bool:
+    """The database answers this process again (the failover ended its sessions too)."""
+    try:
+        agent.inspect_submission(submission_id)
+    except StorageUnavailableError:
+        return False
+    return True
+
+
+def _holding(jobs: ThinkJobs, label: str) -> bool:
+    """The model call of ``label`` streamed its last word and waits before returning."""
+    return any(e["what"] == "holding" and e["label"] == label for e in read_events(jobs))
 
 
 def _read_only_refusal(agent: Think) -> str | None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from types import MappingProxyType
@@ -54,13 +54,17 @@ from think_jobs.engine.lease import Lease, LeaseLost
 from think_jobs.engine.model_loop import RunOutcome
 from think_jobs.engine.ports import AgentHooks, Services
 from think_jobs.engine.watch import TurnWatch, WatchTimings
-from think_jobs.errors import ThinkJobsError
+from think_jobs.errors import StorageUnavailableError, ThinkJobsError
 from think_jobs.messages import new_message_id
 from think_jobs.transport.streams import StreamRef, StreamWriter
 
 __all__ = ["INTERRUPTED", "CallerTurn", "MessagesFunction", "TurnResult", "execute"]
 
 log = logging.getLogger(__name__)
+
+_Final = tuple[Ended | None, str, str | None]  # the turn's ending, and its status and error
+_FINAL_RETRY_FIRST_S = 0.05  # a final write the database refused is tried again this soon,
+_FINAL_RETRY_MAX_S = 1.0  # then twice as late each time, up to this
 
 _ACTIVE_AGENTS: contextvars.ContextVar[Mapping[str, Lease]] = contextvars.ContextVar(
     "think_jobs_active_agents", default=MappingProxyType({})
@@ -334,16 +338,43 @@ class _Run:
         in the fenced transaction."""
         status, error = self.attempt.final_status(outcome)
         alone = not (outcome.asked or self.claim_in_transaction)  # nothing else to write with it
-        if alone and self.services.db.one_statement_writes:
-            ended, status, error = self._final_statement(outcome, status, error)
-        else:
-            ended, status, error = self._final_transaction(outcome, status, error)
+        write = (
+            self._final_statement
+            if alone and self.services.db.one_statement_writes
+            else self._final_transaction
+        )
+        ended, status, error = self._through_outage(lambda: write(outcome, status, error))
         self.ended = True
         self.tools.watch.written()  # what follows is inside the turn: the lease is kept for it
         followups.send_after_end(self.services, self.claim.turn.id, ended)
         if self.continuation is not None:
             approvals.announce_continuation(self.attempt.agent, self.continuation)
         return Written(status, error, by_us=ended is not None)
+
+    def _through_outage(self, write: Callable[[], _Final]) -> _Final:
+        """The final write, tried again while the database is out of reach, for up to a lease
+        TTL after the first failure: a failover or a dropped connection costs the turn a wait,
+        not a recovery (nor, for a turn cancelled meanwhile, what it streamed since its last
+        stored partial). Safe to repeat: the write is fenced, never overwrites a final
+        status, and a try that committed but whose answer was lost leaves the next one
+        nothing to change (or, if it gave the lease back, ``LeaseLost``). Raises
+        ``StorageUnavailableError`` once the TTL passed."""
+        deadline: float | None = None
+        delay_s = _FINAL_RETRY_FIRST_S
+        while True:
+            try:
+                return write()
+            except StorageUnavailableError as error:
+                now = time.monotonic()
+                deadline = now + self.tools.lease.ttl_s if deadline is None else deadline
+                if now >= deadline:
+                    raise
+                log.warning(
+                    "final write of request %s failed (%s): trying again in %.2f s",
+                    self.claim.turn.request_id, error, delay_s,
+                )  # fmt: skip
+                time.sleep(min(delay_s, deadline - now))
+                delay_s = min(2 * delay_s, _FINAL_RETRY_MAX_S)
 
     def _final_statement(
         self, outcome: RunOutcome, status: str, error: str | None
