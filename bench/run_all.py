@@ -71,15 +71,36 @@ def summary(figures: list[Figure], *, quick: bool, repeat: int) -> str:
     )
 
 
+_INTRO = (
+    "# Benchmarks\n\n"
+    "Produced by `.venv/bin/python -m bench.run_all --write-docs` (see `bench/README.md` "
+    "for what each benchmark does). Every figure is compared with the bare ingredient "
+    "measured in the same run; ratios are think-jobs / reference.\n\n"
+)
+_GENERATED = "\n## Targets\n"  # where the generated tables begin, after the dated sections
+
+
 def write_docs(text: str) -> None:
-    intro = (
-        "# Benchmarks\n\n"
-        "Produced by `.venv/bin/python -m bench.run_all --write-docs` (see `bench/README.md` "
-        "for what each benchmark does). Every figure is compared with the bare ingredient "
-        "measured in the same run; ratios are think-jobs / reference.\n\n"
-    )
+    """Rewrite the generated parts of the page (when, the machine, the tables) and keep the
+    dated sections written by hand between the machine table and ``## Targets``."""
     DOCS.parent.mkdir(exist_ok=True)
-    DOCS.write_text(intro + text + "\n")
+    kept = hand_written(DOCS.read_text()) if DOCS.exists() else ""
+    DOCS.write_text(docs_page(text, kept))
+
+
+def docs_page(text: str, kept: str) -> str:
+    """The page: the intro, ``summary``'s text with ``kept`` before its ``## Targets``."""
+    measured, tables = text.split(_GENERATED.lstrip("\n"), 1)
+    return f"{_INTRO}{measured}{kept}{_GENERATED.lstrip()}{tables}\n"
+
+
+def hand_written(page: str) -> str:
+    """The sections of ``page`` after its machine table and before ``## Targets`` (the
+    dated notes people add by hand), each heading included; empty when there are none."""
+    start, end = page.find("\n## "), page.find(_GENERATED)
+    if start == -1 or end == -1 or start >= end:
+        return ""
+    return page[start + 1 : end + 1] + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
