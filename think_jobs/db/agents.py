@@ -94,6 +94,40 @@ _ACQUIRE = (
 )
 
 
+_TAKE_FREE = _ACQUIRE.where(agents.c.lease_token.is_(None))
+_TAKE_LAPSED = (
+    update(agents)
+    .where(
+        agents.c.id == bindparam("agent_id"),
+        agents.c.lease_token.is_not(None),
+        agents.c.lease_expires_at < db_now(),
+    )
+    .values(lease_token=bindparam("token"), lease_expires_at=_EXPIRES)
+    .returning(agents.c.admitted, db_now())
+)
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A lease taken: the renewal's figures, and whether it was taken over from a holder
+    whose lease lapsed (a process that died or lost the database holding it) rather than
+    found free."""
+
+    held: Held
+    lapsed: bool
+
+
+def take_lease(conn: Connection, agent_id: int, token: str, *, ttl_s: float) -> Taken | None:
+    """``try_acquire_lease``, telling a free lease from a lapsed one (a second statement only
+    when the lease was not free); None when someone else holds it."""
+    values = {"agent_id": agent_id, "token": token, "ttl_s": ttl_s}
+    for statement, lapsed in ((_TAKE_FREE, False), (_TAKE_LAPSED, True)):
+        row = conn.execute(statement, values).one_or_none()
+        if row is not None:
+            return Taken(Held(int(row[0]), row[1]), lapsed)
+    return None
+
+
 def try_acquire_lease(conn: Connection, agent_id: int, token: str, *, ttl_s: float) -> Held | None:
     """Take the agent's lease if it is free or expired (by the database server's clock);
     None when someone else holds it."""

@@ -14,8 +14,8 @@ any row PostgreSQL refuses to take apart, goes the general path, which decides i
 (``messages.unappliable_reason``). Then, in one round trip:
 
 - ``fresh``: the agent's head in the snapshot, if it is such a submission;
-- ``leased``: the lease taken (free or expired; ``renewing``: still ours), only under the
-  guard and with a fresh head;
+- ``leased``: the lease taken (free; ``renewing``: still ours), only under the guard and
+  with a fresh head (a lapsed lease goes the general path);
 - ``started``: the head marked running for its first attempt, only if leased and still
   pending (a cancellation that committed meanwhile wins);
 - ``applied``: the head's messages appended to the conversation in their order (a message
@@ -121,7 +121,9 @@ _UNAPPLIABLE = f"""
        OR (v ->> 'role') IS NULL OR (v ->> 'role') NOT IN ({", ".join(f"'{r}'" for r in ROLES)})
        OR length(v ->> 'id') NOT BETWEEN 1 AND {ID_MAX_CHARS} OR (v ->> 'id') ~ '[[:cntrl:]]'"""
 _NUL = "chr(92) || 'u0000'"  # the JSON escape of NUL, which ->> cannot turn into text
-_FREE = "(a.lease_token IS NULL OR a.lease_expires_at < clock_timestamp())"
+# Only a free lease: one that lapsed goes the general path, which looks after the turn its
+# holder ran (``queueing._settle_lapsed``).
+_FREE = "a.lease_token IS NULL"
 _OURS = "a.lease_token = :token"
 _TYPES: dict[str, TypeEngine[Any]] = {
     "claim_admitted": BigInteger(),

@@ -97,6 +97,19 @@ def get_turn(conn: Connection, agent_id: int, request_id: str) -> TurnRecord | N
     return None if row is None else _record(row)
 
 
+def last_applied(conn: Connection, agent_id: int) -> TurnRecord | None:
+    """The agent's latest turn whose messages were applied: the one that ran last (turns run
+    in order), or None."""
+    query = (
+        select(turns)
+        .where(turns.c.agent_id == agent_id, turns.c.messages_applied.is_(True))
+        .order_by(turns.c.seq.desc())
+        .limit(1)
+    )
+    row = conn.execute(query).one_or_none()
+    return None if row is None else _record(row)
+
+
 def find_by_request_or_key(
     conn: Connection, agent_id: int, request_id: str | None, idempotency_key: str | None
 ) -> list[TurnRecord]:

@@ -225,6 +225,13 @@ def responded(reply: UIMessage, answers: Sequence[ApprovalAnswer]) -> UIMessage:
     return assembler.message
 
 
+def answered_base(services: Services, turn: TurnRecord) -> UIMessage | None:
+    """The reply an approval's continuation extends, answered: what its stream's chunks apply
+    to (None: the turn is no such continuation)."""
+    seed = extended(turn)
+    return None if seed is None else responded(seed, answers_for(services, turn))
+
+
 def answers_for(services: Services, continuation: TurnRecord) -> list[ApprovalAnswer]:
     """What a continuation applies: every closed approval it waited for (a cancelled one
     never reaches here: its continuation was cancelled with it)."""

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
@@ -38,7 +39,7 @@ from think_jobs.db import turns as turn_ops
 from think_jobs.db.engine import Connection
 from think_jobs.domain.records import AgentRef, Claim, Ended, NotClaimed, Released, TurnRecord
 from think_jobs.domain.status import INTERRUPTED, Status, StopKind
-from think_jobs.engine import approvals, followups, handoff, queueing
+from think_jobs.engine import approvals, followups, handoff, queueing, settle
 from think_jobs.engine.attempt import (
     LEASE_LOST,
     Attempt,
@@ -55,6 +56,7 @@ from think_jobs.engine.model_loop import RunOutcome
 from think_jobs.engine.ports import AgentHooks, Services
 from think_jobs.engine.watch import TurnWatch, WatchTimings
 from think_jobs.errors import StorageUnavailableError, ThinkJobsError
+from think_jobs.keys import agent_address
 from think_jobs.messages import new_message_id
 from think_jobs.transport.streams import StreamRef, StreamWriter
 
@@ -158,6 +160,9 @@ def _claim_in(
         caller_turn_id=caller_turn_id,
         held_token=token,
         renewed=renewed,
+        settle=partial(
+            settle.aborted_partial, services, agent_address(agent.agent_type, agent.agent_name)
+        ),
     )
     if isinstance(claimed, NotClaimed):
         return claimed

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -57,6 +58,10 @@ from think_jobs.domain.status import Kind, Status
 from think_jobs.messages import new_message_id, unappliable_reason
 
 log = logging.getLogger(__name__)
+
+# Stores a cancelled turn's partial reply from its stream, in the claim's transaction, at the
+# database's time given (``engine.settle.aborted_partial``).
+Settle = Callable[[Connection, TurnRecord, datetime], None]
 
 REGENERATE = "regenerate"  # a submission whose turn replaces the agent's last reply
 _MAX_STALE_HEADS = 100
@@ -135,6 +140,7 @@ def claim_next(
     caller_turn_id: int | None = None,
     held_token: str | None = None,
     renewed: agent_ops.Held | None = None,
+    settle: Settle | None = None,
 ) -> Claim | NotClaimed:
     """Take the agent's lease and start its head turn, all in ``conn``'s transaction.
 
@@ -142,11 +148,13 @@ def claim_next(
     process may run a durable submission at the head (callers help drain what is ahead of
     them, so a blocking call never depends on a free worker slot). ``held_token`` continues
     with a lease this process kept from its previous turn (renewed, not taken again);
-    ``renewed`` is that renewal when it was already made in ``conn``'s transaction.
+    ``renewed`` is that renewal when it was already made in ``conn``'s transaction. A lease
+    taken over from a holder whose lease lapsed first has ``settle`` store the partial reply
+    of a turn that was cancelled under it (see ``_settle_lapsed``).
     """
     token = held_token or uuid.uuid4().hex
     held = renewed or _take_lease(
-        conn, agent.id, token, renew=held_token is not None, ttl_s=lease_ttl_s
+        conn, agent.id, token, renew=held_token is not None, ttl_s=lease_ttl_s, settle=settle
     )
     if held is None:
         return NotClaimed(Idle.BUSY)
@@ -200,11 +208,33 @@ def fresh_claim(agent: AgentRef, token: str, found: claim_ops.FreshClaim) -> Cla
 
 
 def _take_lease(
-    conn: Connection, agent_id: int, token: str, *, renew: bool, ttl_s: float
+    conn: Connection,
+    agent_id: int,
+    token: str,
+    *,
+    renew: bool,
+    ttl_s: float,
+    settle: Settle | None = None,
 ) -> agent_ops.Held | None:
     if renew:
         return agent_ops.renew_lease(conn, agent_id, token, ttl_s=ttl_s)
-    return agent_ops.try_acquire_lease(conn, agent_id, token, ttl_s=ttl_s)
+    taken = agent_ops.take_lease(conn, agent_id, token, ttl_s=ttl_s)
+    if taken is None:
+        return None
+    if taken.lapsed and settle is not None:
+        _settle_lapsed(conn, agent_id, taken.held, settle)
+    return taken.held
+
+
+def _settle_lapsed(conn: Connection, agent_id: int, held: agent_ops.Held, settle: Settle) -> None:
+    """The lease was taken over from a holder whose lease lapsed: the process that ran the
+    agent's last turn died, or was paused or cut off, and can write no more (its writes are
+    fenced). If that turn was cancelled meanwhile, no recovery follows: what its attempt
+    streamed since its last stored partial is stored now (``settle``), before the agent's
+    next turn applies its messages, so it keeps its place in the conversation."""
+    last = turn_ops.last_applied(conn, agent_id)
+    if last is not None and last.status is Status.ABORTED:
+        settle(conn, last, held.now)
 
 
 @dataclass(frozen=True)

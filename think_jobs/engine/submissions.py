@@ -165,15 +165,7 @@ def stored_end(services: Services, turn_id: int) -> StoredEnd | None:
             if reply_id is None
             else conversation_ops.message_json(conn, turn.agent_id, reply_id)
         )
-    return StoredEnd(turn.status, turn.error, _reply(raw), _extended(services, turn))
-
-
-def _extended(services: Services, turn: TurnRecord) -> UIMessage | None:
-    """The reply an approval's continuation extends, answered: what its chunks apply to."""
-    seed = approvals.extended(turn)
-    return (
-        None if seed is None else approvals.responded(seed, approvals.answers_for(services, turn))
-    )
+    return StoredEnd(turn.status, turn.error, _reply(raw), approvals.answered_base(services, turn))
 
 
 def _reply(raw: str | None) -> UIMessage | None:

@@ -1,0 +1,79 @@
+"""Keeping what a cancelled turn streamed when its attempt could not store it (SPEC §5: a
+running turn cancelled keeps its partial reply).
+
+A running turn's attempt stores its partial itself when a cancel reaches it. One that cannot
+— killed, frozen or cut off past its lease, its final write refused for longer than the
+lease — leaves the stream ahead of the stored partial, and no recovery follows a cancel. The
+process that next takes the agent's lease over from the lapsed holder (``queueing``'s claim:
+the holder's writes are fenced from then on) stores the partial the stream shows, in the
+claim's transaction, before the agent's next turn applies its messages, and ends the stream.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from think_jobs import replay
+from think_jobs.db import conversation as conversation_ops
+from think_jobs.db.engine import Connection
+from think_jobs.domain.records import TurnRecord
+from think_jobs.engine import approvals, continuation
+from think_jobs.engine.ports import Services
+from think_jobs.errors import BrokerUnavailableError
+from think_jobs.messages import UIMessage
+from think_jobs.transport import streams
+from think_jobs.transport.clients import broker_errors
+from think_jobs.transport.streams import StoredEnd, StreamRef
+
+log = logging.getLogger(__name__)
+
+
+def aborted_partial(
+    services: Services, address: str, conn: Connection, turn: TurnRecord, now: datetime
+) -> None:
+    """Store the partial reply the stream of ``turn`` (ended ``aborted``) shows when it shows
+    more than the stored one, then end the stream. A stream Redis lost, or cannot give now,
+    leaves the stored partial as it is (logged)."""
+    ref = StreamRef(address, turn.request_id, turn.id)
+    try:
+        with broker_errors("reading a cancelled turn's stream"):
+            events = streams.buffered_events(services.redis, services.keys, ref)
+    except BrokerUnavailableError as error:
+        log.warning("stream of cancelled request %s unread: %s", turn.request_id, error)
+        return
+    chunks = [event.chunk for event in events if event.chunk is not None]
+    if not chunks or turn.assistant_message_id is None:
+        return
+    base = approvals.answered_base(services, turn)
+    stored = _stored(conn, turn)
+    if stored is not None and replay.suffix(chunks, stored, finished=False, base=base) is not None:
+        return  # the stream leads to what is stored: the attempt stored its partial itself
+    recovered = continuation.recover(turn, events, None, seed=base)
+    if not recovered.has_content:
+        return
+    conversation_ops.upsert_message(
+        conn, turn.agent_id, recovered.message.to_wire(), turn_id=turn.id, now=now
+    )
+    log.warning(
+        "cancelled request %s: stored the partial reply its stream shows (its attempt could "
+        "not)", turn.request_id,
+    )  # fmt: skip
+    end = StoredEnd(turn.status, turn.error, recovered.message, base)
+    try:
+        streams.seal_from_store(
+            services.redis, services.keys, ref, end, ttl_s=services.settings.stream_ttl_s
+        )
+    except BrokerUnavailableError as error:
+        log.warning("end of stream %s not written: %s", turn.request_id, error)
+
+
+def _stored(conn: Connection, turn: TurnRecord) -> UIMessage | None:
+    assert turn.assistant_message_id is not None
+    raw = conversation_ops.message_json(conn, turn.agent_id, turn.assistant_message_id)
+    if raw is None:
+        return None
+    try:
+        return UIMessage.model_validate_json(raw)
+    except ValueError:
+        return None
