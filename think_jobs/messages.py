@@ -265,6 +265,17 @@ def message_text(message: UIMessage) -> str:
     return "".join(part.text for part in message.parts if isinstance(part, TextPart))
 
 
+def readable_message(raw: str | None) -> UIMessage | None:
+    """A stored message's JSON read back, or None when there is none or it no longer reads
+    (a reader that rebuilds a stream's end goes on without it)."""
+    if raw is None:
+        return None
+    try:
+        return UIMessage.model_validate_json(raw)
+    except ValueError:
+        return None
+
+
 def join_path(prefix: str, loc: Sequence[str | int]) -> str:
     """``join_path("messages[0]", ("parts", 1, "text"))`` → ``messages[0].parts[1].text``."""
     out = prefix

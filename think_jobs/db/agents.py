@@ -95,16 +95,7 @@ _ACQUIRE = (
 
 
 _TAKE_FREE = _ACQUIRE.where(agents.c.lease_token.is_(None))
-_TAKE_LAPSED = (
-    update(agents)
-    .where(
-        agents.c.id == bindparam("agent_id"),
-        agents.c.lease_token.is_not(None),
-        agents.c.lease_expires_at < db_now(),
-    )
-    .values(lease_token=bindparam("token"), lease_expires_at=_EXPIRES)
-    .returning(agents.c.admitted, db_now())
-)
+_TAKE_LAPSED = _ACQUIRE.where(agents.c.lease_token.is_not(None))
 
 
 @dataclass(frozen=True)

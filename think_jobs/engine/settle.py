@@ -21,7 +21,7 @@ from think_jobs.domain.records import TurnRecord
 from think_jobs.engine import approvals, continuation
 from think_jobs.engine.ports import Services
 from think_jobs.errors import BrokerUnavailableError
-from think_jobs.messages import UIMessage
+from think_jobs.messages import UIMessage, readable_message
 from think_jobs.transport import streams
 from think_jobs.transport.clients import broker_errors
 from think_jobs.transport.streams import StoredEnd, StreamRef
@@ -70,10 +70,6 @@ def aborted_partial(
 
 def _stored(conn: Connection, turn: TurnRecord) -> UIMessage | None:
     assert turn.assistant_message_id is not None
-    raw = conversation_ops.message_json(conn, turn.agent_id, turn.assistant_message_id)
-    if raw is None:
-        return None
-    try:
-        return UIMessage.model_validate_json(raw)
-    except ValueError:
-        return None
+    return readable_message(
+        conversation_ops.message_json(conn, turn.agent_id, turn.assistant_message_id)
+    )

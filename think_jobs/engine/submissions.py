@@ -25,7 +25,7 @@ from think_jobs.engine import approvals, cancellation, events, handoff, queueing
 from think_jobs.engine.ports import AgentHooks, Services
 from think_jobs.errors import BrokerUnavailableError, InvalidInputError, UnknownCursorError
 from think_jobs.limits import Limits
-from think_jobs.messages import UIMessage
+from think_jobs.messages import UIMessage, readable_message
 from think_jobs.observe import metrics, tracing
 from think_jobs.results import SubmissionInspection, SubmissionStatus, SubmitMessagesResult
 from think_jobs.transport import presence, streams
@@ -165,16 +165,9 @@ def stored_end(services: Services, turn_id: int) -> StoredEnd | None:
             if reply_id is None
             else conversation_ops.message_json(conn, turn.agent_id, reply_id)
         )
-    return StoredEnd(turn.status, turn.error, _reply(raw), approvals.answered_base(services, turn))
-
-
-def _reply(raw: str | None) -> UIMessage | None:
-    if raw is None:
-        return None
-    try:
-        return UIMessage.model_validate_json(raw)
-    except ValueError:  # unreadable: the stream ends without it
-        return None
+    return StoredEnd(
+        turn.status, turn.error, readable_message(raw), approvals.answered_base(services, turn)
+    )
 
 
 def inspect(
