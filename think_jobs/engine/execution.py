@@ -111,10 +111,12 @@ def _active(address: str, lease: Lease) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Claimed:
-    """A claim and the lease it holds for its attempt."""
+    """A claim and the lease it holds for its attempt; ``answered`` is when the claim's
+    answer came back (monotonic), after the database stamped the turn's ``started_at``."""
 
     claim: Claim
     lease: Lease
+    answered: float
 
 
 def claim(
@@ -135,7 +137,7 @@ def claim(
                 conn, agent, held_token=token, lease_ttl_s=services.settings.lease_ttl_s
             )
         if isinstance(fresh, Claim):
-            return Claimed(fresh, _lease(services, fresh, sent))
+            return Claimed(fresh, _lease(services, fresh, sent), time.monotonic())
         token = fresh or token  # a lease it took without a turn is ours to go on with
     with services.db.write() as conn:
         return _claim_in(services, conn, agent, sent, caller_turn_id=caller_turn_id, token=token)
@@ -168,7 +170,7 @@ def _claim_in(
         return claimed
     if claimed.turn.messages_applied:
         claimed = replace(claimed, history=conversation_ops.load_messages_json(conn, agent.id))
-    return Claimed(claimed, _lease(services, claimed, sent))
+    return Claimed(claimed, _lease(services, claimed, sent), time.monotonic())
 
 
 def _lease(services: Services, claim: Claim, sent: float) -> Lease:
@@ -218,7 +220,7 @@ def run_and_release(
     """
     claim, lease = claimed.claim, claimed.lease
     agent = services.agents.instantiate(claim.agent_type, claim.agent_name)
-    tools = _tools(services, agent, claim, lease, caller)
+    tools = _tools(services, agent, claimed, caller)
     run = _Run(services, agent, claim, caller, tools, keep_lease=keep_lease)
     if caller is None:  # a drain's turn: a stopping worker hands it over (engine.handover)
         services.running.add(tools.watch)
@@ -234,8 +236,9 @@ def run_and_release(
 
 
 def _tools(
-    services: Services, agent: AgentHooks, claim: Claim, lease: Lease, caller: CallerTurn | None
+    services: Services, agent: AgentHooks, claimed: Claimed, caller: CallerTurn | None
 ) -> Tools:
+    claim, lease = claimed.claim, claimed.lease
     turn = claim.turn
     watch = TurnWatch(
         lease,
@@ -248,7 +251,7 @@ def _tools(
         signal=caller.signal if caller else None,
         stall_timeout_s=agent.stall_timeout_s,
         turn_timeout_s=agent.turn_timeout_s,
-        began=_began(claim, lease),
+        began=_began(claimed),
     ).start()  # first: taking a stream connection may wait on an unreachable Redis
     try:
         writer = _writer(services, agent, turn, lease, watch)
@@ -258,16 +261,19 @@ def _tools(
     return Tools(lease, watch, writer)
 
 
-def _began(claim: Claim, lease: Lease) -> float:
-    """When the claimed turn first started, on this process's monotonic clock: the time the
-    lease was taken (when its claim was sent) less the time the database says the turn had
-    run by then (an earlier attempt's). Only the database's clock is read: a worker whose
-    wall clock is off measures the same."""
+def _began(claimed: Claimed) -> float:
+    """When the claimed turn first started, on this process's monotonic clock: when the
+    claim's answer came back less the time the database says the turn had run by then (an
+    earlier attempt's). Counted from the answer, which comes after the database stamped
+    ``started_at``, a time limit never ends a turn before its limit on the database's clock
+    (it may end it a round trip late); the lease, by contrast, counts from when the claim
+    was sent. Only the database's clock is read: a worker whose wall clock is off measures
+    the same."""
+    claim = claimed.claim
     started = claim.turn.started_at
-    sent = lease.valid_until - lease.ttl_s
     if started is None:
-        return sent
-    return sent - max(0.0, (claim.now - started).total_seconds())
+        return claimed.answered
+    return claimed.answered - max(0.0, (claim.now - started).total_seconds())
 
 
 def _writer(
@@ -415,7 +421,8 @@ class _Run:
         )
         if found is not None:
             claim = queueing.fresh_claim(self.claim.agent, lease.token, found)
-            self.following = Claimed(claim, _lease(self.services, claim, lease.renewed_at))
+            lease_of_claim = _lease(self.services, claim, lease.renewed_at)
+            self.following = Claimed(claim, lease_of_claim, time.monotonic())
         return ended
 
     def _final_transaction(
