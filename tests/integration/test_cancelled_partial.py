@@ -4,14 +4,20 @@ PostgreSQL and Redis.
 
 The attempt that would store its partial when the cancel reaches it is dead, and no recovery
 follows a cancel: the worker that next takes the agent's lease over from the lapsed one stores
-the partial the stream shows, before the agent's next turn applies its messages. Before
-2026-12-06 evening the cancelled turn kept the partial stored before its attempt began —
-here none — while a client had read every word its stream carried.
+the partial the stream shows, before the agent's next turn applies its messages; when the
+agent gets no further turn, the sweeper sends it a drain that does the same once the dead
+attempt's lease lapsed. Before 2026-12-06 evening the cancelled turn kept the partial stored
+before its attempt began — here none — while a client had read every word its stream carried
+(and until 2026-12-07, with no further turn, it kept none for good).
 """
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
+import sqlalchemy as sa
 
 from tests.apps.agents import Recorder, read_events
 from tests.support.builders import directive, wait_for_status
@@ -49,6 +55,85 @@ def test_a_turn_cancelled_after_its_worker_died_keeps_what_it_streamed(
     assert message_text(shown).startswith("w0 w1 w2 w3 w4 w5")
     assert shown.parts == partial.parts  # what the client read is what the agent keeps
     assert (messages[0].id, messages[2].id, message_text(messages[3])) == ("m-1", "m-2", "after")
+
+
+def test_a_turn_cancelled_after_its_worker_died_keeps_what_it_streamed_with_no_turn_after(
+    fault_jobs: ThinkJobs, fault_env: dict[str, str]
+) -> None:
+    """Nothing else is submitted: a live worker's sweeper finds the cancel whose attempt's
+    lease lapsed, and the drain it sends stores the partial."""
+    agent = fault_jobs.get_agent(Recorder, "cancelled-alone")
+    text = " ".join(f"w{i}" for i in range(200))
+    first = agent.submit_messages([directive("m-1", label="a", text=text, delay_s=0.05)])
+    with worker_processes(fault_env, count=1) as [dying]:
+        wait_until(lambda: _chunks(fault_jobs, "a") >= 10, 60, interval_s=0.02)
+        dying.kill()
+    agent.cancel_submission(first.submission_id, reason="the user stopped it")
+    streamed = list(agent.stream(first.submission_id, timeout_s=30))
+    with worker_processes(fault_env, count=1):
+        wait_until(lambda: len(agent.get_messages()) == 2, 30)
+    found = agent.inspect_submission(first.submission_id)
+    assert found is not None and (found.status, found.error) == ("aborted", "the user stopped it")
+    chunks = [event.chunk for event in streamed if event.chunk is not None]
+    [asked, partial] = agent.get_messages()
+    shown = assemble(chunks, partial.id)
+    assert message_text(shown).startswith("w0 w1 w2 w3 w4 w5")
+    assert (asked.id, shown.parts) == ("m-1", partial.parts)
+
+
+def test_a_cancel_committing_as_the_lease_is_taken_over_is_not_skipped(
+    fault_jobs: ThinkJobs, fault_env: dict[str, str]
+) -> None:
+    """The cancel has written the turn's status and not yet committed (held, here, behind a
+    lock on the approvals table it reads next) when a worker takes the dead attempt's lease
+    over: the claim waits for the cancel, reads the turn aborted and stores its partial
+    before the next turn runs. (Reading the turn unlocked, the claim saw it running, found
+    it cancelled only as it tried to recover it, and started the next turn with the partial
+    unstored.)"""
+    agent = fault_jobs.get_agent(Recorder, "cancelled-racing")
+    text = " ".join(f"w{i}" for i in range(200))
+    first = agent.submit_messages([directive("m-1", label="a", text=text, delay_s=0.05)])
+    with worker_processes(fault_env, count=1) as [dying]:
+        wait_until(lambda: _chunks(fault_jobs, "a") >= 10, 60, interval_s=0.02)
+        dying.kill()
+    second = agent.submit_messages([directive("m-2", label="b", text="after")])
+    cancelling = threading.Thread(
+        target=agent.cancel_submission, args=(first.submission_id,), kwargs={"reason": "stop"}
+    )
+    with fault_jobs.db.engine.connect() as blocker:
+        blocker.execute(sa.text("LOCK TABLE think_approvals IN ACCESS EXCLUSIVE MODE"))
+        cancelling.start()
+        _wait_for_lock_waiter(fault_jobs, "think_approvals")  # the cancel, uncommitted
+        with worker_processes(fault_env, count=1):
+            _wait_for_lock_waiter(fault_jobs, "think_turns")  # the claim, behind the cancel
+            blocker.commit()
+            cancelling.join(30)
+            wait_for_status(agent, second.submission_id, "completed")
+    found = agent.inspect_submission(first.submission_id)
+    assert found is not None and (found.status, found.error) == ("aborted", "stop")
+    streamed = list(agent.stream(first.submission_id, timeout_s=30))
+    chunks = [event.chunk for event in streamed if event.chunk is not None]
+    messages = agent.get_messages()
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
+    shown = assemble(chunks, messages[1].id)
+    assert message_text(shown).startswith("w0 w1 w2 w3 w4 w5")
+    assert shown.parts == messages[1].parts
+
+
+def _wait_for_lock_waiter(jobs: ThinkJobs, table: str, deadline_s: float = 30.0) -> None:
+    """Until a session of this database waits on a lock in a statement on ``table`` (and,
+    for the turns, not on the locked approvals table: the sweeper reads that one too)."""
+    query = sa.text(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' AND query LIKE :on "
+        "AND (:on = '%think_approvals%' OR query NOT LIKE '%think_approvals%')"
+    )
+    deadline = time.monotonic() + deadline_s
+    with jobs.db.engine.connect() as watcher:
+        while watcher.execute(query, {"on": f"%{table}%"}).scalar_one() == 0:
+            watcher.rollback()  # a fresh snapshot of pg_stat_activity next time
+            assert time.monotonic() < deadline, f"nothing waited on a lock in {table}"
+            time.sleep(0.01)
 
 
 def _chunks(jobs: ThinkJobs, label: str) -> int:

@@ -1,7 +1,8 @@
 """The migrations, on SQLite and PostgreSQL: an empty database brought to head has exactly the
 schema ``db.tables`` mirrors; 0006 (tool approvals) from revision 0005's database, 0007 (the
-status listing index) from 0006's, 0008 (kept schedule occurrences) from 0007's and 0009 (who
-fires a kept occurrence) from 0008's, each with rows stored before that read back after."""
+status listing index) from 0006's, 0008 (kept schedule occurrences) from 0007's, 0009 (who
+fires a kept occurrence) from 0008's and 0010 (the aborted turns' partial index) from 0009's,
+each with rows stored before that read back after."""
 
 from __future__ import annotations
 
@@ -17,13 +18,14 @@ from alembic.migration import MigrationContext
 from sqlalchemy import text
 
 from tests.conftest import _pg_admin, _sqlalchemy_pg
+from think_jobs.db import agents as agent_ops
 from think_jobs.db import schedules as schedule_ops
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.engine import Database
 from think_jobs.db.migrate import current_revision, upgrade
 from think_jobs.db.tables import VERSION_TABLE, Base
 
-HEAD = "0009"
+HEAD = "0010"
 
 
 @pytest.fixture
@@ -189,3 +191,62 @@ def test_from_revision_0008_with_an_occurrence_kept(empty_url: str) -> None:
     assert taken == [True, False]
     assert (kept.due_at, kept.attempt) == (due, 2)
     assert kept.resend_at > due  # held: moved on by the database's clock
+
+
+def test_from_revision_0009_a_cancel_stored_before_is_found_by_the_sweeper(empty_url: str) -> None:
+    """0010 indexes the aborted turns: the sweeper's look for a recent cancel whose agent's
+    lease lapsed in its holder's hands finds one stored before, and only that one (the other
+    agent's last turn completed; a third agent's lease is free)."""
+    database = Database(empty_url, pool_size=1)
+    lapsed = "'2026-12-01 10:00:00'"
+    try:
+        upgrade(database, "0009")
+        with database.write() as conn:
+            for name, token, expires in (("a", "'dead'", lapsed), ("b", "'dead'", lapsed)):
+                conn.execute(
+                    text(
+                        "INSERT INTO think_agents (agent_type, agent_name, admitted, lease_token,"
+                        f" lease_expires_at, created_at) VALUES ('T', '{name}', 1, {token},"
+                        f" {expires}, CURRENT_TIMESTAMP)"
+                    )
+                )
+            conn.execute(text(_AGENT_SQL.replace("'a'", "'c'")), {"admitted": 1})
+            for agent_id, status in ((1, "aborted"), (2, "completed"), (3, "aborted")):
+                conn.execute(
+                    text(
+                        "INSERT INTO think_turns (agent_id, seq, request_id, kind, trigger,"
+                        " status, continuation, attempt, recoveries, messages_applied,"
+                        f" created_at, completed_at) VALUES ({agent_id}, 1, 'r', 'submission',"
+                        f" 'submit', '{status}', false, 1, 0, true, CURRENT_TIMESTAMP,"
+                        " CURRENT_TIMESTAMP)"
+                    )
+                )
+        upgrade(database)
+        assert current_revision(database) == HEAD
+        with database.read() as conn:
+            found = agent_ops.agents_with_a_lapsed_cancel(conn, within_s=3600, limit=10)
+            older = agent_ops.agents_with_a_lapsed_cancel(conn, within_s=-3600, limit=10)
+    finally:
+        database.close()
+    assert (found, older) == ([1], [])
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_the_look_for_lapsed_cancels_can_use_the_partial_index(empty_url: str) -> None:
+    """The query spells the index's predicate so that PostgreSQL can use it, even under the
+    generic plan a prepared statement switches to (sequential scans off: a plan that cannot
+    use the index would still show one)."""
+    database = Database(empty_url, pool_size=1)
+    try:
+        upgrade(database)
+        with database.read() as conn:
+            conn.execute(text("SET enable_seqscan = off"))
+            query = agent_ops.lapsed_cancels_query()
+            compiled = query.compile(conn, compile_kwargs={"render_postcompile": True})
+            sql = str(compiled).replace("%(within_s)s", "$1")
+            conn.execute(text(f"PREPARE look(double precision) AS {sql}"))
+            conn.execute(text("SET plan_cache_mode = force_generic_plan"))
+            plan = conn.execute(text("EXPLAIN EXECUTE look(60)")).scalars().all()
+    finally:
+        database.close()
+    assert any("ix_think_turns_aborted" in line for line in plan), plan

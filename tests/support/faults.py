@@ -5,6 +5,7 @@ out of order."""
 from __future__ import annotations
 
 import itertools
+import time
 from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -18,6 +19,11 @@ from think_jobs.domain.policy import INTERRUPTED_AFTER_APPLIED, INTERRUPTED_PART
 from think_jobs.messages import message_text
 from think_jobs.replay import assemble
 from think_jobs.testing import wait_until
+
+# How long a cancelled turn's partial may take to be stored after its attempt died: its lease
+# lapses (a few seconds in the fault tests and the bench), then a sweep sends the drain that
+# stores it. Waited only while a cancelled turn's stored reply does not rebuild its stream.
+_SETTLE_S = 30.0
 
 SECTION_9_ERRORS = {INTERRUPTED_AFTER_APPLIED, INTERRUPTED_PARTIALLY_APPLIED}
 
@@ -170,7 +176,8 @@ def _check_streams(
 ) -> None:
     """Every completed turn's stream, as a client reads it: contiguous seqs, one ``done`` at
     the end, events of no attempt after a newer attempt's, and the stored reply rebuilt; the
-    same for a cancelled turn that ended ``aborted`` with a partial reply stored."""
+    same for a cancelled turn that ended ``aborted``, unless its stream showed nothing (SPEC
+    §5: a cancelled running turn keeps its partial reply)."""
     replies = {m.id: m for m in agent.get_messages() if m.role == "assistant"}
     for label, submission_id in entries:
         found = agent.inspect_submission(submission_id)
@@ -190,8 +197,10 @@ def _check_streams(
             continue
         reply = replies.get(_assistant_message_id(agent.jobs, agent, submission_id) or "")
         chunks = [e.chunk for e in events if e.chunk is not None]
-        if reply is None and found.status == "aborted":
-            continue  # cancelled before it stored any of its reply
+        if found.status == "aborted" and not _rebuilds(chunks, reply):
+            reply = _settled(agent, submission_id, chunks)
+            if reply is None and not assemble(chunks, "").parts:
+                continue  # cancelled before its stream showed anything
         if reply is None or assemble(chunks, reply.id).parts != reply.parts:
             report.stream_mismatches += 1
             streamed = message_text(assemble(chunks, reply.id if reply else "")) if chunks else ""
@@ -202,6 +211,24 @@ def _check_streams(
                 f"by attempt: {_by_attempt(events)}; the submission: attempt {found.attempt}, "
                 f"status {found.status}, error {found.error!r})"
             )
+
+
+def _rebuilds(chunks: list[dict[str, Any]], reply: Any) -> bool:
+    return reply is not None and assemble(chunks, reply.id).parts == reply.parts
+
+
+def _settled(agent: Any, submission_id: str, chunks: list[dict[str, Any]]) -> Any:
+    """The stored reply of a cancelled turn, once it rebuilds what its stream showed or
+    ``_SETTLE_S`` has passed: a turn cancelled while its attempt was dead has its streamed
+    partial stored only once the attempt's lease lapsed and someone took it over (a sweep's
+    drain at the latest)."""
+    deadline = time.monotonic() + _SETTLE_S
+    while True:
+        message_id = _assistant_message_id(agent.jobs, agent, submission_id) or ""
+        reply = next((m for m in agent.get_messages() if m.id == message_id), None)
+        if _rebuilds(chunks, reply) or time.monotonic() >= deadline:
+            return reply
+        time.sleep(0.1)
 
 
 def _by_attempt(events: list[Any]) -> str:

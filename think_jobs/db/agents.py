@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, case, func, literal, null, or_, select, union, update
+from sqlalchemy import (
+    Connection,
+    Select,
+    bindparam,
+    case,
+    func,
+    literal,
+    null,
+    or_,
+    select,
+    text,
+    union,
+    update,
+)
 
 from think_jobs.db.dialect import db_now, db_now_plus, insert_ignoring_conflicts, seconds_param
-from think_jobs.db.tables import agents, turns
+from think_jobs.db.tables import ABORTED_TURNS, agents, turns
 from think_jobs.db.turns import record_of_row
 from think_jobs.domain.records import TurnRecord
 from think_jobs.domain.status import Status
@@ -227,6 +241,40 @@ def agents_needing_a_drain(conn: Connection, *, limit: int, after: int = 0) -> l
         select(active.c.agent_id).where(~leased.exists()).order_by(active.c.agent_id).limit(limit)
     )
     return list(conn.execute(query).scalars())
+
+
+def agents_with_a_lapsed_cancel(conn: Connection, *, within_s: float, limit: int) -> list[int]:
+    """Agents with a turn cancelled in the last ``within_s`` whose lease lapsed in its
+    holder's hands (a process that died, or was paused or cut off, holding it): a running turn
+    cancelled while its attempt was dead keeps what it streamed once someone takes the lease
+    over (``queueing._settle_lapsed``), and the sweeper sends these agents a drain so that one
+    that gets no further turn has it stored too. The agents of the ``limit`` latest such
+    cancels, by id.
+
+    Driven from the partial index of aborted turns (``ix_think_turns_aborted``), then one
+    primary-key probe per agent: its cost follows the recent cancels, not the turns."""
+    query = lapsed_cancels_query().limit(limit)
+    found: Sequence[int] = conn.execute(query, {"within_s": within_s}).scalars().all()
+    return sorted(set(found))
+
+
+def lapsed_cancels_query() -> Select[Any]:
+    """``agents_with_a_lapsed_cancel``'s query, without its limit (its plan is tested): the
+    latest cancels first, read from the partial index in its order."""
+    lapsed = select(agents.c.id).where(
+        agents.c.id == turns.c.agent_id,
+        agents.c.lease_token.is_not(None),
+        agents.c.lease_expires_at < db_now(),
+    )
+    return (
+        select(turns.c.agent_id)
+        .where(
+            text(f"{turns.name}.{ABORTED_TURNS}"),
+            turns.c.completed_at >= db_now_plus(-seconds_param("within_s")),
+            lapsed.exists(),
+        )
+        .order_by(turns.c.completed_at.desc())
+    )
 
 
 def list_agents(conn: Connection) -> list[AgentCounts]:

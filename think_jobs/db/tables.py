@@ -32,11 +32,17 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 VERSION_TABLE = "think_jobs_alembic_version"
 ID = BigInteger().with_variant(Integer(), "sqlite")
+
+# The rows of the partial index of cancelled (aborted) turns, ``ix_think_turns_aborted``: few,
+# so indexing them costs nothing on the common path. A literal (``Status.ABORTED``), so that a
+# query spelling the same predicate uses the index under a generic plan too.
+ABORTED_TURNS = "status = 'aborted'"
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -93,6 +99,12 @@ class TurnRow(Base):
         Index("ix_think_turns_status", "status", "agent_id"),
         Index("ix_think_turns_finished", "completed_at"),
         Index("ix_think_turns_followup_due", "followup_due_at"),
+        Index(
+            "ix_think_turns_aborted",
+            "completed_at",
+            postgresql_where=text(ABORTED_TURNS),
+            sqlite_where=text(ABORTED_TURNS),
+        ),
     )
 
     id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)

@@ -99,12 +99,14 @@ def get_turn(conn: Connection, agent_id: int, request_id: str) -> TurnRecord | N
 
 def last_applied(conn: Connection, agent_id: int) -> TurnRecord | None:
     """The agent's latest turn whose messages were applied: the one that ran last (turns run
-    in order), or None."""
+    in order), or None. Locked until ``conn``'s transaction ends (PostgreSQL): a status
+    change in flight commits first and is read, or waits for this transaction."""
     query = (
         select(turns)
         .where(turns.c.agent_id == agent_id, turns.c.messages_applied.is_(True))
         .order_by(turns.c.seq.desc())
         .limit(1)
+        .with_for_update()
     )
     row = conn.execute(query).one_or_none()
     return None if row is None else _record(row)

@@ -7,7 +7,10 @@ turns takes one slot at a time and waits its round like everyone else.
 The sweeper runs in every worker (a thread, every ``sweep_interval_s``): it enqueues a drain
 for agents that have pending work but no live lease, which covers submissions accepted while
 the broker was down, drain messages lost with a Redis restart, and orphaned turns whose
-executor died (their lease expires, recovery takes over). It also expires tool approvals left
+executor died (their lease expires, recovery takes over); and for agents whose running turn was
+cancelled while its attempt was dead, once that attempt's lease lapsed, so that the partial
+its stream showed is stored even when the agent gets no further turn (the drain's claim takes
+the lease over and stores it: ``queueing._settle_lapsed``). It also expires tool approvals left
 open past ``approval_timeout_s`` (``engine.approvals``). It looks at up to ``_SWEEP_BATCH``
 such agents a sweep, each sweep going on from where the last one stopped (``_SweepCursor``):
 agents that stay on the list (a type no worker serves, a backlog longer than a batch) cannot
@@ -116,17 +119,21 @@ _CURSORS: weakref.WeakKeyDictionary[Services, _SweepCursor] = weakref.WeakKeyDic
 
 
 def sweep(services: Services, *, batch: int = _SWEEP_BATCH) -> int:
-    """Enqueue a drain for the next ``batch`` agents with pending work and no live lease, send
-    the follow-ups of ended turns nobody sent, and expire tool approvals open past
-    ``approval_timeout_s``; returns how many drains were enqueued. A sweep that filled its
-    batch leaves the next one to go on after its last agent; one that did not, to start over."""
+    """Enqueue a drain for the next ``batch`` agents with pending work and no live lease, and
+    for those with a recent cancel whose attempt's lease lapsed; send the follow-ups of ended
+    turns nobody sent, and expire tool approvals open past ``approval_timeout_s``; returns how
+    many drains were enqueued. A sweep that filled its batch leaves the next one to go on
+    after its last agent; one that did not, to start over."""
     cursor = _CURSORS.setdefault(services, _SweepCursor())
     with cursor.lock:
         with services.db.read() as conn:
             agent_ids = agent_ops.agents_needing_a_drain(conn, limit=batch, after=cursor.after)
+            cancelled = agent_ops.agents_with_a_lapsed_cancel(
+                conn, within_s=_cancel_window_s(services), limit=batch
+            )
         cursor.after = agent_ids[-1] if len(agent_ids) == batch else 0
     sent = 0
-    for agent_id in agent_ids:
+    for agent_id in agent_ids + sorted(set(cancelled) - set(agent_ids)):
         if _mark_swept(services, agent_id) and services.dispatch.enqueue_drain(
             agent_id, swept=True
         ):
@@ -134,6 +141,13 @@ def sweep(services: Services, *, batch: int = _SWEEP_BATCH) -> int:
     followups.send_due(services)
     approvals.expire_overdue(services)
     return sent
+
+
+def _cancel_window_s(services: Services) -> float:
+    """How far back the sweeper looks for cancels whose attempt's lease lapsed: the dead
+    holder's lease lapses within a lease TTL (and a heartbeat) of the cancel, and a drain
+    sent for it that got lost is sent again once its mark expires."""
+    return 2 * services.settings.lease_ttl_s + 2 * _sweep_mark_ttl_s(services)
 
 
 def _sweep_mark_ttl_s(services: Services) -> int:

@@ -231,7 +231,13 @@ def _settle_lapsed(conn: Connection, agent_id: int, held: agent_ops.Held, settle
     agent's last turn died, or was paused or cut off, and can write no more (its writes are
     fenced). If that turn was cancelled meanwhile, no recovery follows: what its attempt
     streamed since its last stored partial is stored now (``settle``), before the agent's
-    next turn applies its messages, so it keeps its place in the conversation."""
+    next turn applies its messages, so it keeps its place in the conversation.
+
+    The turn is read locked: a cancel committing as the lease is taken over is either read
+    here, or waits until this claim has started the turn's recovery (which a cancel stops
+    as it stops any attempt). Read unlocked, a cancel committing between this read and the
+    look for the head left the turn aborted with its stream's partial unstored and the next
+    turn started after it (seen in the mixed-faults bench, seed 710321)."""
     last = turn_ops.last_applied(conn, agent_id)
     if last is not None and last.status is Status.ABORTED:
         settle(conn, last, held.now)
