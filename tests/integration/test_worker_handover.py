@@ -62,7 +62,10 @@ def test_a_stopping_worker_hands_its_turn_over_to_one_that_runs_on(
         wait_until(lambda: unfinished(jobs, admitted) == 0, 120, interval_s=0.1)
         report = check(jobs, admitted, Report("handed over", faults=1))
     other = next(w for w in workers if w is not stopping).process.pid
-    assert _calls(jobs, "agent-0#0") == [stopping.process.pid, other]  # continued elsewhere
+    # continued elsewhere (on a loaded machine a 2 s lease may lapse before the SIGTERM, and
+    # the stopping worker pick the turn up again before it hands it over)
+    *before, last = _calls(jobs, "agent-0#0")
+    assert (set(before), last) == ({stopping.process.pid}, other)
     assert stopping.process.returncode == 0, "".join(stopping.output[-30:])
     assert stopping.lines("handed over 1 running turn(s)")
     assert report.problems == [], "\n".join(report.problems)
