@@ -8,7 +8,7 @@ the partial the stream shows, before the agent's next turn applies its messages;
 agent gets no further turn, the sweeper sends it a drain that does the same once the dead
 attempt's lease lapsed. Before 2026-12-06 evening the cancelled turn kept the partial stored
 before its attempt began — here none — while a client had read every word its stream carried
-(and until 2026-12-07, with no further turn, it kept none for good).
+(and until late that day, with no further turn, it kept none for good).
 """
 
 from __future__ import annotations
