@@ -22,8 +22,8 @@ import sqlalchemy as sa
 from tests.apps.agents import Recorder, read_events
 from tests.support.builders import directive, wait_for_status
 from tests.support.processes import worker_processes
-from think_jobs import ThinkJobs
-from think_jobs.messages import message_text
+from think_jobs import StreamEvent, SubmitMessagesResult, ThinkJobs
+from think_jobs.messages import UIMessage, message_text
 from think_jobs.replay import assemble
 from think_jobs.testing import wait_until
 
@@ -34,11 +34,7 @@ def test_a_turn_cancelled_after_its_worker_died_keeps_what_it_streamed(
     fault_jobs: ThinkJobs, fault_env: dict[str, str]
 ) -> None:
     agent = fault_jobs.get_agent(Recorder, "cancelled")
-    text = " ".join(f"w{i}" for i in range(200))
-    first = agent.submit_messages([directive("m-1", label="a", text=text, delay_s=0.05)])
-    with worker_processes(fault_env, count=1) as [dying]:
-        wait_until(lambda: _chunks(fault_jobs, "a") >= 10, 60, interval_s=0.02)
-        dying.kill()
+    first = _killed_mid_stream(fault_jobs, fault_env, agent)
     agent.cancel_submission(first.submission_id, reason="the user stopped it")
     streamed = list(agent.stream(first.submission_id, timeout_s=30))  # a client reads it now
     second = agent.submit_messages([directive("m-2", label="b", text="after")])
@@ -47,13 +43,9 @@ def test_a_turn_cancelled_after_its_worker_died_keeps_what_it_streamed(
     found = agent.inspect_submission(first.submission_id)
     assert found is not None and (found.status, found.error) == ("aborted", "the user stopped it")
     assert streamed[-1].done and streamed[-1].status == "aborted"
-    chunks = [event.chunk for event in streamed if event.chunk is not None]
     messages = agent.get_messages()
     assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
-    partial = messages[1]  # in its place: before the next turn's message
-    shown = assemble(chunks, partial.id)
-    assert message_text(shown).startswith("w0 w1 w2 w3 w4 w5")
-    assert shown.parts == partial.parts  # what the client read is what the agent keeps
+    _assert_shown(streamed, messages[1])  # in its place: before the next turn's message
     assert (messages[0].id, messages[2].id, message_text(messages[3])) == ("m-1", "m-2", "after")
 
 
@@ -63,22 +55,16 @@ def test_a_turn_cancelled_after_its_worker_died_keeps_what_it_streamed_with_no_t
     """Nothing else is submitted: a live worker's sweeper finds the cancel whose attempt's
     lease lapsed, and the drain it sends stores the partial."""
     agent = fault_jobs.get_agent(Recorder, "cancelled-alone")
-    text = " ".join(f"w{i}" for i in range(200))
-    first = agent.submit_messages([directive("m-1", label="a", text=text, delay_s=0.05)])
-    with worker_processes(fault_env, count=1) as [dying]:
-        wait_until(lambda: _chunks(fault_jobs, "a") >= 10, 60, interval_s=0.02)
-        dying.kill()
+    first = _killed_mid_stream(fault_jobs, fault_env, agent)
     agent.cancel_submission(first.submission_id, reason="the user stopped it")
     streamed = list(agent.stream(first.submission_id, timeout_s=30))
     with worker_processes(fault_env, count=1):
         wait_until(lambda: len(agent.get_messages()) == 2, 30)
     found = agent.inspect_submission(first.submission_id)
     assert found is not None and (found.status, found.error) == ("aborted", "the user stopped it")
-    chunks = [event.chunk for event in streamed if event.chunk is not None]
     [asked, partial] = agent.get_messages()
-    shown = assemble(chunks, partial.id)
-    assert message_text(shown).startswith("w0 w1 w2 w3 w4 w5")
-    assert (asked.id, shown.parts) == ("m-1", partial.parts)
+    assert asked.id == "m-1"
+    _assert_shown(streamed, partial)
 
 
 def test_a_cancel_committing_as_the_lease_is_taken_over_is_not_skipped(
@@ -91,11 +77,7 @@ def test_a_cancel_committing_as_the_lease_is_taken_over_is_not_skipped(
     it cancelled only as it tried to recover it, and started the next turn with the partial
     unstored.)"""
     agent = fault_jobs.get_agent(Recorder, "cancelled-racing")
-    text = " ".join(f"w{i}" for i in range(200))
-    first = agent.submit_messages([directive("m-1", label="a", text=text, delay_s=0.05)])
-    with worker_processes(fault_env, count=1) as [dying]:
-        wait_until(lambda: _chunks(fault_jobs, "a") >= 10, 60, interval_s=0.02)
-        dying.kill()
+    first = _killed_mid_stream(fault_jobs, fault_env, agent)
     second = agent.submit_messages([directive("m-2", label="b", text="after")])
     cancelling = threading.Thread(
         target=agent.cancel_submission, args=(first.submission_id,), kwargs={"reason": "stop"}
@@ -112,12 +94,29 @@ def test_a_cancel_committing_as_the_lease_is_taken_over_is_not_skipped(
     found = agent.inspect_submission(first.submission_id)
     assert found is not None and (found.status, found.error) == ("aborted", "stop")
     streamed = list(agent.stream(first.submission_id, timeout_s=30))
-    chunks = [event.chunk for event in streamed if event.chunk is not None]
     messages = agent.get_messages()
     assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
-    shown = assemble(chunks, messages[1].id)
+    _assert_shown(streamed, messages[1])
+
+
+def _killed_mid_stream(
+    jobs: ThinkJobs, env: dict[str, str], agent: Recorder
+) -> SubmitMessagesResult:
+    """A long turn submitted, its worker SIGKILLed once the turn streamed a few words."""
+    text = " ".join(f"w{i}" for i in range(200))
+    first = agent.submit_messages([directive("m-1", label="a", text=text, delay_s=0.05)])
+    with worker_processes(env, count=1) as [dying]:
+        wait_until(lambda: _chunks(jobs, "a") >= 10, 60, interval_s=0.02)
+        dying.kill()
+    return first
+
+
+def _assert_shown(streamed: list[StreamEvent], partial: UIMessage) -> None:
+    """What the client read of the cancelled turn is what the agent keeps."""
+    chunks = [event.chunk for event in streamed if event.chunk is not None]
+    shown = assemble(chunks, partial.id)
     assert message_text(shown).startswith("w0 w1 w2 w3 w4 w5")
-    assert shown.parts == messages[1].parts
+    assert shown.parts == partial.parts
 
 
 def _wait_for_lock_waiter(jobs: ThinkJobs, table: str, deadline_s: float = 30.0) -> None:
