@@ -99,6 +99,43 @@ def test_a_cancel_committing_as_the_lease_is_taken_over_is_not_skipped(
     _assert_shown(streamed, messages[1])
 
 
+def test_a_partial_its_attempt_stored_and_the_user_cleared_does_not_come_back(
+    fault_jobs: ThinkJobs, fault_env: dict[str, str]
+) -> None:
+    """A live attempt cancelled stores its partial and ends its stream; the user then clears
+    the conversation. Should the agent's lease later lapse in a holder's hands before another
+    turn ran (set here on the row: a process that took the lease and died before it started
+    a turn), the worker that takes it over settles nothing: the attempt ended its own stream,
+    so the partial was stored, and its absence now is the user's doing. (Reading the stream
+    alone, the take-over stored the cleared partial again.)"""
+    agent = fault_jobs.get_agent(Recorder, "cleared")
+    text = " ".join(f"w{i}" for i in range(200))
+    first = agent.submit_messages([directive("m-1", label="a", text=text, delay_s=0.05)])
+    with worker_processes(fault_env, count=1):
+        wait_until(lambda: _chunks(fault_jobs, "a") >= 10, 60, interval_s=0.02)
+        agent.cancel_submission(first.submission_id, reason="stop")
+        streamed = list(agent.stream(first.submission_id, timeout_s=30))
+        assert streamed[-1].done and streamed[-1].attempt == 1  # the attempt ended it
+        assert [m.role for m in agent.get_messages()] == ["user", "assistant"]
+        agent.clear_messages()
+        with fault_jobs.db.engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "UPDATE think_agents SET lease_token = 'died-holding-it', "
+                    "lease_expires_at = now() - interval '1 minute' WHERE agent_name = :name"
+                ),
+                {"name": "cleared"},
+            )
+        wait_until(lambda: not _leased(fault_jobs, "cleared"), 30)  # taken over, given back
+    assert agent.get_messages() == []
+
+
+def _leased(jobs: ThinkJobs, name: str) -> bool:
+    query = sa.text("SELECT lease_token IS NOT NULL FROM think_agents WHERE agent_name = :name")
+    with jobs.db.engine.connect() as conn:
+        return bool(conn.execute(query, {"name": name}).scalar_one())
+
+
 def _killed_mid_stream(
     jobs: ThinkJobs, env: dict[str, str], agent: Recorder
 ) -> SubmitMessagesResult:

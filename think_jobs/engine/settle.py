@@ -6,7 +6,8 @@ A running turn's attempt stores its partial itself when a cancel reaches it. One
 lease — leaves the stream ahead of the stored partial, and no recovery follows a cancel. The
 process that next takes the agent's lease over from the lapsed holder (``queueing``'s claim:
 the holder's writes are fenced from then on) stores the partial the stream shows, in the
-claim's transaction, before the agent's next turn applies its messages, and ends the stream.
+claim's transaction, before the agent's next turn applies its messages. It ends the stream
+before it reads it, so what it stores is all a client will ever see there.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from think_jobs.engine import approvals, continuation
 from think_jobs.engine.ports import Services
 from think_jobs.errors import BrokerUnavailableError
 from think_jobs.messages import UIMessage, readable_message
+from think_jobs.results import StreamEvent
 from think_jobs.transport import streams
 from think_jobs.transport.clients import broker_errors
 from think_jobs.transport.streams import StoredEnd, StreamRef
@@ -33,18 +35,15 @@ def aborted_partial(
     services: Services, address: str, conn: Connection, turn: TurnRecord, now: datetime
 ) -> None:
     """Store the partial reply the stream of ``turn`` (ended ``aborted``) shows when it shows
-    more than the stored one, then end the stream. A stream Redis lost, or cannot give now,
-    leaves the stored partial as it is (logged)."""
-    ref = StreamRef(address, turn.request_id, turn.id)
-    try:
-        with broker_errors("reading a cancelled turn's stream"):
-            events = streams.buffered_events(services.redis, services.keys, ref)
-    except BrokerUnavailableError as error:
-        log.warning("stream of cancelled request %s unread: %s", turn.request_id, error)
+    more than the stored one. A stream Redis lost, or cannot give now, leaves the stored
+    partial as it is (logged); so does one its attempt ended itself (it stored its partial
+    first, and what is stored now may have been deleted since, as ``clear_messages`` does)."""
+    if turn.assistant_message_id is None:
+        return
+    events = _ended_stream(services, turn, StreamRef(address, turn.request_id, turn.id))
+    if events is None:
         return
     chunks = [event.chunk for event in events if event.chunk is not None]
-    if not chunks or turn.assistant_message_id is None:
-        return
     base = approvals.answered_base(services, turn)
     stored = _stored(conn, turn)
     if stored is not None and replay.suffix(chunks, stored, finished=False, base=base) is not None:
@@ -59,13 +58,30 @@ def aborted_partial(
         "cancelled request %s: stored the partial reply its stream shows (its attempt could "
         "not)", turn.request_id,
     )  # fmt: skip
-    end = StoredEnd(turn.status, turn.error, recovered.message, base)
+
+
+def _ended_stream(services: Services, turn: TurnRecord, ref: StreamRef) -> list[StreamEvent] | None:
+    """The stream's events, ended first (``done`` from the database, unless a reader ended it
+    already): nothing lands in it after that, not even a send of the dead attempt still in
+    flight, so what is read is all a client will ever see. None when there is nothing to
+    settle: no chunk (the buffer is gone: readers rebuild it from the database), the attempt
+    ended it itself, or Redis cannot be read (logged)."""
     try:
-        streams.seal_from_store(
-            services.redis, services.keys, ref, end, ttl_s=services.settings.stream_ttl_s
-        )
+        with broker_errors("reading a cancelled turn's stream"):
+            events = streams.buffered_events(services.redis, services.keys, ref)
+            if not any(event.chunk is not None for event in events):
+                return None
+            last = events[-1]
+            if last.done and (last.attempt or 0) < streams.STORE_EPOCH:
+                return None  # its attempt stored its partial, then ended the stream
+            end = StoredEnd(turn.status, turn.error, None)
+            streams.seal_from_store(
+                services.redis, services.keys, ref, end, ttl_s=services.settings.stream_ttl_s
+            )
+            return streams.buffered_events(services.redis, services.keys, ref)
     except BrokerUnavailableError as error:
-        log.warning("end of stream %s not written: %s", turn.request_id, error)
+        log.warning("stream of cancelled request %s unread: %s", turn.request_id, error)
+        return None
 
 
 def _stored(conn: Connection, turn: TurnRecord) -> UIMessage | None:
