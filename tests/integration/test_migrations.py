@@ -194,31 +194,33 @@ def test_from_revision_0008_with_an_occurrence_kept(empty_url: str) -> None:
 
 
 def test_from_revision_0009_a_cancel_stored_before_is_found_by_the_sweeper(empty_url: str) -> None:
-    """0010 indexes the aborted turns: the sweeper's look for a recent cancel whose agent's
-    lease lapsed in its holder's hands finds one stored before, and only that one (the other
-    agent's last turn completed; a third agent's lease is free)."""
+    """0010 indexes the aborted turns: the sweeper's look for a recent cancel of a running
+    turn whose agent's lease lapsed in its holder's hands finds one stored before, and only
+    that one (b's last turn completed; c's lease is free; d's aborted turn never started)."""
     database = Database(empty_url, pool_size=1)
-    lapsed = "'2026-12-01 10:00:00'"
+    agents = (("a", "'dead'"), ("b", "'dead'"), ("c", "NULL"), ("d", "'dead'"))
+    now = "CURRENT_TIMESTAMP"
+    turns = [(1, "aborted", now), (2, "completed", now), (3, "aborted", now)]
+    turns.append((4, "aborted", "NULL"))  # cancelled before it started
     try:
         upgrade(database, "0009")
         with database.write() as conn:
-            for name, token, expires in (("a", "'dead'", lapsed), ("b", "'dead'", lapsed)):
+            for name, token in agents:
                 conn.execute(
                     text(
                         "INSERT INTO think_agents (agent_type, agent_name, admitted, lease_token,"
                         f" lease_expires_at, created_at) VALUES ('T', '{name}', 1, {token},"
-                        f" {expires}, CURRENT_TIMESTAMP)"
+                        " '2026-12-01 10:00:00', CURRENT_TIMESTAMP)"
                     )
                 )
-            conn.execute(text(_AGENT_SQL.replace("'a'", "'c'")), {"admitted": 1})
-            for agent_id, status in ((1, "aborted"), (2, "completed"), (3, "aborted")):
+            for agent_id, status, started in turns:
                 conn.execute(
                     text(
                         "INSERT INTO think_turns (agent_id, seq, request_id, kind, trigger,"
                         " status, continuation, attempt, recoveries, messages_applied,"
-                        f" created_at, completed_at) VALUES ({agent_id}, 1, 'r', 'submission',"
-                        f" 'submit', '{status}', false, 1, 0, true, CURRENT_TIMESTAMP,"
-                        " CURRENT_TIMESTAMP)"
+                        f" created_at, started_at, completed_at) VALUES ({agent_id}, 1, 'r',"
+                        f" 'submission', 'submit', '{status}', false, 1, 0, true,"
+                        f" CURRENT_TIMESTAMP, {started}, CURRENT_TIMESTAMP)"
                     )
                 )
         upgrade(database)

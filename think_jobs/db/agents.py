@@ -249,7 +249,8 @@ def agents_with_a_lapsed_cancel(conn: Connection, *, within_s: float, limit: int
     cancelled while its attempt was dead keeps what it streamed once someone takes the lease
     over (``queueing._settle_lapsed``), and the sweeper sends these agents a drain so that one
     that gets no further turn has it stored too. The agents of the ``limit`` latest such
-    cancels, by id.
+    cancels of turns that had started (one at a time per agent: a bulk cancel of pending
+    turns, say of an agent no worker serves, does not fill the batch), by id.
 
     Driven from the partial index of aborted turns (``ix_think_turns_aborted``), then one
     primary-key probe per agent: its cost follows the recent cancels, not the turns."""
@@ -271,6 +272,7 @@ def lapsed_cancels_query() -> Select[Any]:
         .where(
             text(f"{turns.name}.{ABORTED_TURNS}"),
             turns.c.completed_at >= db_now_plus(-seconds_param("within_s")),
+            turns.c.started_at.is_not(None),  # it ran: a turn cancelled pending streamed nothing
             lapsed.exists(),
         )
         .order_by(turns.c.completed_at.desc())
