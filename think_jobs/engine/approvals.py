@@ -228,15 +228,28 @@ def responded(reply: UIMessage, answers: Sequence[ApprovalAnswer]) -> UIMessage:
 def answered_base(services: Services, turn: TurnRecord) -> UIMessage | None:
     """The reply an approval's continuation extends, answered: what its stream's chunks apply
     to (None: the turn is no such continuation)."""
+    if extended(turn) is None:
+        return None
+    with services.db.read() as conn:
+        return answered_base_in(conn, turn)
+
+
+def answered_base_in(conn: Connection, turn: TurnRecord) -> UIMessage | None:
+    """``answered_base`` read in ``conn`` (a transaction holding a connection already, such as
+    a claim's, takes no second one from the pool)."""
     seed = extended(turn)
-    return None if seed is None else responded(seed, answers_for(services, turn))
+    return None if seed is None else responded(seed, _answers_in(conn, turn))
 
 
 def answers_for(services: Services, continuation: TurnRecord) -> list[ApprovalAnswer]:
     """What a continuation applies: every closed approval it waited for (a cancelled one
     never reaches here: its continuation was cancelled with it)."""
     with services.db.read() as conn:
-        found = approval_ops.of_continuation(conn, continuation.id)
+        return _answers_in(conn, continuation)
+
+
+def _answers_in(conn: Connection, continuation: TurnRecord) -> list[ApprovalAnswer]:
+    found = approval_ops.of_continuation(conn, continuation.id)
     return [
         ApprovalAnswer(item.approval_id, item.tool_call_id, item.status.approved, item.reason)
         for item in found

@@ -44,7 +44,7 @@ def aborted_partial(
     if events is None:
         return
     chunks = [event.chunk for event in events if event.chunk is not None]
-    base = approvals.answered_base(services, turn)
+    base = approvals.answered_base_in(conn, turn)  # no second connection from the pool
     stored = _stored(conn, turn)
     if stored is not None and replay.suffix(chunks, stored, finished=False, base=base) is not None:
         return  # the stream leads to what is stored: the attempt stored its partial itself
