@@ -10,7 +10,6 @@ still running, nudge nobody, and its turn would wait for the sweeper.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ import sqlalchemy as sa
 
 from tests.integration.test_queueing import Quiet, claimed, queued
 from tests.support.builders import user
+from tests.support.pg_sessions import wait_for_lock_waiter
 from think_jobs import ThinkJobs
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import turns as turn_ops
@@ -116,20 +116,6 @@ def test_ids_naming_two_different_turns_are_refused_and_change_nothing(jobs: Thi
     assert admitted_count(jobs, agent) == 1 and first.accepted
 
 
-def _wait_for_lock_waiter(jobs: ThinkJobs, deadline_s: float = 10.0) -> None:
-    """Until a backend of this database waits on a row lock (the admission behind the lock)."""
-    query = sa.text(
-        "SELECT count(*) FROM pg_stat_activity "
-        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-    )
-    deadline = time.monotonic() + deadline_s
-    with jobs.db.engine.connect() as watcher:
-        while watcher.execute(query).scalar_one() == 0:
-            watcher.rollback()  # a fresh snapshot of pg_stat_activity next time
-            assert time.monotonic() < deadline, "the admission never waited on the agent row"
-            time.sleep(0.005)
-
-
 def test_an_admission_behind_a_release_sees_the_released_turn_finished(jobs: ThinkJobs) -> None:
     agent, _ = queued(jobs, 1)
     taken = claimed(jobs, agent)
@@ -139,7 +125,7 @@ def test_an_admission_behind_a_release_sees_the_released_turn_finished(jobs: Thi
         agent_ops.release_lease(conn, taken.agent_id, taken.token)
         admitting = threading.Thread(target=lambda: found.append(admit(jobs, agent, "next")[0]))
         admitting.start()
-        _wait_for_lock_waiter(jobs)  # its snapshot holds the turn as running
+        wait_for_lock_waiter(jobs)  # its snapshot holds the turn as running
     admitting.join(10)
     assert found, "the admission did not finish"
     admission = found[0]
@@ -188,7 +174,7 @@ def test_a_release_names_the_turn_admitted_while_it_waited_for_the_agent_row(
         turn_ops.insert_turn(conn, agent_id=agent.id, seq=admitted.seq, new=new)
         releasing = threading.Thread(target=lambda: found.append(lease.release(ended_seq=1)))
         releasing.start()
-        _wait_for_lock_waiter(jobs)
+        wait_for_lock_waiter(jobs)
     releasing.join(10)
     assert found, "the release did not finish"
     head = found[0].next_turn

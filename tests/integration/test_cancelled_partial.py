@@ -14,13 +14,13 @@ before its attempt began — here none — while a client had read every word it
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import sqlalchemy as sa
 
 from tests.apps.agents import Recorder, read_events
 from tests.support.builders import directive, wait_for_status
+from tests.support.pg_sessions import wait_for_lock_waiter
 from tests.support.processes import worker_processes
 from think_jobs import StreamEvent, SubmitMessagesResult, ThinkJobs
 from think_jobs.messages import UIMessage, message_text
@@ -85,9 +85,10 @@ def test_a_cancel_committing_as_the_lease_is_taken_over_is_not_skipped(
     with fault_jobs.db.engine.connect() as blocker:
         blocker.execute(sa.text("LOCK TABLE think_approvals IN ACCESS EXCLUSIVE MODE"))
         cancelling.start()
-        _wait_for_lock_waiter(fault_jobs, "think_approvals")  # the cancel, uncommitted
+        wait_for_lock_waiter(fault_jobs, on="think_approvals")  # the cancel, uncommitted
         with worker_processes(fault_env, count=1):
-            _wait_for_lock_waiter(fault_jobs, "think_turns")  # the claim, behind the cancel
+            # the claim, behind the cancel (the sweeper may wait on the approvals too)
+            wait_for_lock_waiter(fault_jobs, on="think_turns", besides="think_approvals")
             blocker.commit()
             cancelling.join(30)
             wait_for_status(agent, second.submission_id, "completed")
@@ -154,22 +155,6 @@ def _assert_shown(streamed: list[StreamEvent], partial: UIMessage) -> None:
     shown = assemble(chunks, partial.id)
     assert message_text(shown).startswith("w0 w1 w2 w3 w4 w5")
     assert shown.parts == partial.parts
-
-
-def _wait_for_lock_waiter(jobs: ThinkJobs, table: str, deadline_s: float = 30.0) -> None:
-    """Until a session of this database waits on a lock in a statement on ``table`` (and,
-    for the turns, not on the locked approvals table: the sweeper reads that one too)."""
-    query = sa.text(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-        "AND wait_event_type = 'Lock' AND query LIKE :on "
-        "AND (:on = '%think_approvals%' OR query NOT LIKE '%think_approvals%')"
-    )
-    deadline = time.monotonic() + deadline_s
-    with jobs.db.engine.connect() as watcher:
-        while watcher.execute(query, {"on": f"%{table}%"}).scalar_one() == 0:
-            watcher.rollback()  # a fresh snapshot of pg_stat_activity next time
-            assert time.monotonic() < deadline, f"nothing waited on a lock in {table}"
-            time.sleep(0.01)
 
 
 def _chunks(jobs: ThinkJobs, label: str) -> int:

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests.integration.test_admission import _wait_for_lock_waiter, statements
+from tests.integration.test_admission import statements
 from tests.integration.test_queueing import Quiet, claimed, queued
 from tests.support.builders import user
+from tests.support.pg_sessions import wait_for_lock_waiter
 from think_jobs import ThinkJobs
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import claim as claim_ops
@@ -110,7 +111,7 @@ def test_a_claim_behind_a_clear_of_the_conversation_does_not_see_what_it_deleted
         agent_ops.release_lease(conn, agent.id, token)
         claiming = threading.Thread(target=lambda: found.append(claim(jobs.services, agent)))
         claiming.start()
-        _wait_for_lock_waiter(jobs)
+        wait_for_lock_waiter(jobs)
     claiming.join(10)
     assert found, "the claim did not finish"
     result = found[0]
@@ -134,7 +135,7 @@ def test_a_head_cancelled_while_the_claim_waited_is_not_started(jobs: ThinkJobs)
         )
         claiming = threading.Thread(target=lambda: found.append(claim(jobs.services, agent)))
         claiming.start()
-        _wait_for_lock_waiter(jobs)
+        wait_for_lock_waiter(jobs)
         turn_ops.end_turn(conn, head.id, status="aborted", error="cancelled")
     claiming.join(10)
     assert found == [NotClaimed(Idle.IDLE)]

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests.integration.test_admission import _wait_for_lock_waiter, statements
+from tests.integration.test_admission import statements
 from tests.integration.test_claim import conversation
 from tests.integration.test_final_write import claimed_lease, reply, stored
 from tests.support.builders import user
+from tests.support.pg_sessions import wait_for_lock_waiter
 from think_jobs import Think, ThinkJobs
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import conversation as conversation_ops
@@ -156,7 +157,7 @@ def test_a_turn_admitted_while_the_final_write_waited_is_claimed_after_it_in_ord
         turn_ops.insert_turn(conn, agent_id=agent.id, seq=admitted.seq, new=new)
         writing = threading.Thread(target=final_write)
         writing.start()
-        _wait_for_lock_waiter(jobs)
+        wait_for_lock_waiter(jobs)
     writing.join(10)
     assert found and found[0][0] is not None and found[0][1] is None
     following = claim(jobs.services, agent, held=lease)  # as the drain goes on
