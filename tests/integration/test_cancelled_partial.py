@@ -14,15 +14,20 @@ before its attempt began — here none — while a client had read every word it
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 import sqlalchemy as sa
 
 from tests.apps.agents import Recorder, read_events
 from tests.support.builders import directive, wait_for_status
+from tests.support.fencing_faults import through
 from tests.support.pg_sessions import wait_for_lock_waiter
 from tests.support.processes import worker_processes
+from tests.support.proxy import proxy_to
 from think_jobs import StreamEvent, SubmitMessagesResult, ThinkJobs
+from think_jobs.domain.records import AgentRef, NotClaimed
+from think_jobs.engine.execution import Claimed, claim
 from think_jobs.messages import UIMessage, message_text
 from think_jobs.replay import assemble
 from think_jobs.testing import wait_until
@@ -129,6 +134,60 @@ def test_a_partial_its_attempt_stored_and_the_user_cleared_does_not_come_back(
             )
         wait_until(lambda: not _leased(fault_jobs, "cleared"), 30)  # taken over, given back
     assert agent.get_messages() == []
+
+
+def test_a_settle_waiting_on_redis_holds_no_transaction(
+    fault_jobs: ThinkJobs, fault_env: dict[str, str], make_jobs: Callable[..., ThinkJobs]
+) -> None:
+    """The process that takes the dead attempt's lease over reads the cancelled turn's stream
+    with no transaction open: while Redis does not answer it, no session of it sits in a
+    transaction and the agent takes submissions (its row is not held); once Redis answers, the
+    partial is stored before the next turn's message. (Settled inside the claim's transaction,
+    a Redis that hung held the agent row and the turn row for up to its socket timeout.)"""
+    agent = fault_jobs.get_agent(Recorder, "cancelled-hung")
+    first = _killed_mid_stream(fault_jobs, fault_env, agent)
+    agent.cancel_submission(first.submission_id, reason="stop")
+    streamed = list(agent.stream(first.submission_id, timeout_s=30))
+    agent_id = fault_jobs.agent_id_of(agent, create=False)
+    assert agent_id is not None
+    wait_until(lambda: _lapsed(fault_jobs, agent_id), 30)
+    with proxy_to(6379) as proxy:
+        claimer = make_jobs(
+            lease_ttl_s=10, redis_url=through(fault_env, "redis", proxy)["THINK_JOBS_REDIS_URL"]
+        )
+        proxy.cut()
+        found: list[Claimed | NotClaimed] = []
+        ref = AgentRef(agent_id, "Recorder", "cancelled-hung")
+        claiming = threading.Thread(target=lambda: found.append(claim(claimer.services, ref)))
+        claiming.start()
+        assert proxy.holding.wait(30)  # the take-over committed; its Redis read waits
+        assert _in_transaction(fault_jobs) == 0
+        second = agent.submit_messages([directive("m-2", label="b", text="after")])
+        assert claiming.is_alive() and not found  # the submit did not wait for the settle
+        proxy.heal()
+        claiming.join(30)
+    [claimed] = found
+    assert isinstance(claimed, Claimed) and claimed.claim.turn.request_id == second.submission_id
+    messages = agent.get_messages()
+    assert [(m.id, m.role) for m in messages][::2] == [("m-1", "user"), ("m-2", "user")]
+    assert [m.role for m in messages] == ["user", "assistant", "user"]
+    _assert_shown(streamed, messages[1])
+
+
+def _lapsed(jobs: ThinkJobs, agent_id: int) -> bool:
+    query = sa.text("SELECT lease_expires_at < now() FROM think_agents WHERE id = :id")
+    with jobs.db.engine.connect() as conn:
+        return bool(conn.execute(query, {"id": agent_id}).scalar_one())
+
+
+def _in_transaction(jobs: ThinkJobs) -> int:
+    """Sessions of this database, other than the asking one, idle inside a transaction."""
+    query = sa.text(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%'"
+    )
+    with jobs.db.engine.connect() as conn:
+        return int(conn.execute(query).scalar_one())
 
 
 def _leased(jobs: ThinkJobs, name: str) -> bool:

@@ -32,7 +32,6 @@ from tests.support.fencing_faults import (
     Load,
     _judge_tails,
     _state,
-    _through,
     busy_worker,
     clock_skew,
     finish,
@@ -40,6 +39,7 @@ from tests.support.fencing_faults import (
     partition,
     skewed,
     submit,
+    through,
     workers,
     zombies,
 )
@@ -99,7 +99,7 @@ def test_a_worker_cut_from_postgresql_ends_its_model_call_while_the_cut_lasts(
     ttl_s = float(fault_env["THINK_JOBS_LEASE_TTL_S"])
     load = Load(agents=1, per_agent=1, words=400, delay_s=0.03)  # a 12 s model call
     admitted = submit(fault_jobs, load)
-    with proxy_to(5432) as proxy, workers([_through(fault_env, "postgres", proxy)]) as cut_off:
+    with proxy_to(5432) as proxy, workers([through(fault_env, "postgres", proxy)]) as cut_off:
         assert busy_worker(fault_jobs, cut_off, lambda call: call["chunks"] >= 3, admitted)
         proxy.cut()
         try:

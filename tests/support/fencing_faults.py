@@ -201,7 +201,7 @@ def partition(
     """Two workers, one of them reaching ``server`` (postgres or redis) through ``proxy``;
     ``cuts`` times, while it runs a turn, cut it from that server alone for ``cut_s``."""
     admitted = submit(jobs, load)
-    with workers([_through(env, server, proxy), env]) as (cut_off, _):
+    with workers([through(env, server, proxy), env]) as (cut_off, _):
         injected = 0
         for _ in range(cuts):
             if busy_worker(jobs, [cut_off], lambda call: call["chunks"] >= 3, admitted) is None:
@@ -223,7 +223,8 @@ def _cut(jobs: ThinkJobs, proxy: Proxy, cut_s: float) -> None:
     proxy.heal()
 
 
-def _through(env: dict[str, str], server: str, proxy: Proxy) -> dict[str, str]:
+def through(env: dict[str, str], server: str, proxy: Proxy) -> dict[str, str]:
+    """``env`` with ``server`` (``postgres``, or ``redis`` and the broker) through ``proxy``."""
     if server == "postgres":
         url = env["THINK_JOBS_DATABASE_URL"]
         host = url.rpartition("@")[2].partition("/")[0]

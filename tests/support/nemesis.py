@@ -51,13 +51,13 @@ from tests.support.fencing_faults import (
     Load,
     _cut,
     _judge_tails,
-    _through,
     busy_worker,
     finish,
     open_calls,
     pause,
     skewed,
     submit,
+    through,
 )
 from tests.support.pg_failover import read_only
 from tests.support.processes import PrivateRedis, WorkerProcess
@@ -115,7 +115,7 @@ def slots(env: dict[str, str], redis: PrivateRedis, count: int = 3) -> Iterator[
         for index in range(count):
             postgres_proxy = stack.enter_context(proxy_to(_database_port(env)))
             redis_proxy = stack.enter_context(proxy_to(redis.port))
-            routed = _through(_through(env, "postgres", postgres_proxy), "redis", redis_proxy)
+            routed = through(through(env, "postgres", postgres_proxy), "redis", redis_proxy)
             clock = CLOCKS[index % len(CLOCKS)]
             made.append(
                 Slot(skewed(routed, clock) if clock else routed, postgres_proxy, redis_proxy)

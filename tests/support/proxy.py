@@ -32,6 +32,7 @@ class Proxy:
         self._flowing.set()
         self._closed = threading.Event()
         self._down = threading.Event()
+        self.holding = threading.Event()  # set once a connection or a byte waited at a cut
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()  # ``_sockets``, against a connection made as it closes
         self._listener = socket.create_server((host, self.port), backlog=128)
@@ -100,6 +101,8 @@ class Proxy:
             threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
 
     def _hold(self) -> None:
+        if not self._flowing.is_set():
+            self.holding.set()
         while not self._flowing.wait(0.05):
             if self._closed.is_set():
                 return

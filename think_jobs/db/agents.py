@@ -247,7 +247,7 @@ def agents_with_a_lapsed_cancel(conn: Connection, *, within_s: float, limit: int
     """Agents with a turn cancelled in the last ``within_s`` whose lease lapsed in its
     holder's hands (a process that died, or was paused or cut off, holding it): a running turn
     cancelled while its attempt was dead keeps what it streamed once someone takes the lease
-    over (``queueing._settle_lapsed``), and the sweeper sends these agents a drain so that one
+    over (``queueing.Unsettled``), and the sweeper sends these agents a drain so that one
     that gets no further turn has it stored too. The agents of the ``limit`` latest such
     cancels of turns that had started (one at a time per agent: a bulk cancel of pending
     turns, say of an agent no worker serves, does not fill the batch), by id.

@@ -122,7 +122,7 @@ _UNAPPLIABLE = f"""
        OR length(v ->> 'id') NOT BETWEEN 1 AND {ID_MAX_CHARS} OR (v ->> 'id') ~ '[[:cntrl:]]'"""
 _NUL = "chr(92) || 'u0000'"  # the JSON escape of NUL, which ->> cannot turn into text
 # Only a free lease: one that lapsed goes the general path, which looks after the turn its
-# holder ran (``queueing._settle_lapsed``).
+# holder ran (``queueing.Unsettled``).
 _FREE = "a.lease_token IS NULL"
 _OURS = "a.lease_token = :token"
 _TYPES: dict[str, TypeEngine[Any]] = {

@@ -10,7 +10,7 @@ the broker was down, drain messages lost with a Redis restart, and orphaned turn
 executor died (their lease expires, recovery takes over); and for agents whose running turn was
 cancelled while its attempt was dead, once that attempt's lease lapsed, so that the partial
 its stream showed is stored even when the agent gets no further turn (the drain's claim takes
-the lease over and stores it: ``queueing._settle_lapsed``). It also expires tool approvals left
+the lease over and stores it: ``queueing.Unsettled``). It also expires tool approvals left
 open past ``approval_timeout_s`` (``engine.approvals``). It looks at up to ``_SWEEP_BATCH``
 such agents a sweep, each sweep going on from where the last one stopped (``_SweepCursor``):
 agents that stay on the list (a type no worker serves, a backlog longer than a batch) cannot

@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
-from functools import partial
 from types import MappingProxyType
 from typing import Any
 
@@ -56,7 +55,6 @@ from think_jobs.engine.model_loop import RunOutcome
 from think_jobs.engine.ports import AgentHooks, Services
 from think_jobs.engine.watch import TurnWatch, WatchTimings
 from think_jobs.errors import StorageUnavailableError, ThinkJobsError
-from think_jobs.keys import agent_address
 from think_jobs.messages import new_message_id
 from think_jobs.transport.streams import StreamRef, StreamWriter
 
@@ -128,9 +126,23 @@ def claim(
 ) -> Claimed | NotClaimed:
     """Take the agent's lease (or renew ``held``) and start its next turn (see
     ``queueing.claim_next``); a turn whose messages are already applied gets its conversation
-    read in the same transaction."""
-    sent = time.monotonic()
+    read in the same transaction. A lease taken over from under a turn cancelled meanwhile is
+    committed first; the turn's partial is stored under it (``settle.cancelled_turn``: no
+    transaction is open while Redis is read), then the claim goes on with it."""
     token = held.token if held is not None else None
+    taken = _claim(services, agent, caller_turn_id, token)
+    if not isinstance(taken, queueing.Unsettled):
+        return taken
+    settle.cancelled_turn(services, agent, taken)
+    claimed = _claim(services, agent, caller_turn_id, taken.token)
+    assert not isinstance(claimed, queueing.Unsettled)  # a lease renewed settles nothing
+    return claimed
+
+
+def _claim(
+    services: Services, agent: AgentRef, caller_turn_id: int | None, token: str | None
+) -> Claimed | NotClaimed | queueing.Unsettled:
+    sent = time.monotonic()
     if services.db.one_statement_writes:  # the common case
         with services.db.statement() as conn:
             fresh = queueing.claim_fresh(
@@ -152,7 +164,7 @@ def _claim_in(
     caller_turn_id: int | None = None,
     token: str | None = None,
     renewed: agent_ops.Held | None = None,
-) -> Claimed | NotClaimed:
+) -> Claimed | NotClaimed | queueing.Unsettled:
     settings = services.settings
     claimed = queueing.claim_next(
         conn,
@@ -162,11 +174,9 @@ def _claim_in(
         caller_turn_id=caller_turn_id,
         held_token=token,
         renewed=renewed,
-        settle=partial(
-            settle.aborted_partial, services, agent_address(agent.agent_type, agent.agent_name)
-        ),
+        settle_lapsed=True,
     )
-    if isinstance(claimed, NotClaimed):
+    if isinstance(claimed, NotClaimed | queueing.Unsettled):
         return claimed
     if claimed.turn.messages_applied:
         claimed = replace(claimed, history=conversation_ops.load_messages_json(conn, agent.id))
@@ -451,7 +461,9 @@ class _Run:
         claim, lease = self.claim, self.tools.lease
         agent = AgentRef(claim.agent_id, claim.agent_type, claim.agent_name)
         sent, renewed = lease.renewed_at, lease.held
-        return _claim_in(self.services, conn, agent, sent, token=lease.token, renewed=renewed)
+        following = _claim_in(self.services, conn, agent, sent, token=lease.token, renewed=renewed)
+        assert not isinstance(following, queueing.Unsettled)  # a lease renewed settles nothing
+        return following
 
     def _fenced(self, kind: str) -> AbstractContextManager[Connection]:
         lease = self.tools.lease

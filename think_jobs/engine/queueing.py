@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -59,10 +58,6 @@ from think_jobs.messages import new_message_id, unappliable_reason
 
 log = logging.getLogger(__name__)
 
-# Stores a cancelled turn's partial reply from its stream, in the claim's transaction, at the
-# database's time given (``engine.settle.aborted_partial``).
-Settle = Callable[[Connection, TurnRecord, datetime], None]
-
 REGENERATE = "regenerate"  # a submission whose turn replaces the agent's last reply
 _MAX_STALE_HEADS = 100
 
@@ -72,6 +67,7 @@ __all__ = [
     "AgentRef",
     "Claim",
     "NotClaimed",
+    "Unsettled",
     "admit",
     "admit_at_tail",
     "admit_submission",
@@ -140,22 +136,28 @@ def claim_next(
     caller_turn_id: int | None = None,
     held_token: str | None = None,
     renewed: agent_ops.Held | None = None,
-    settle: Settle | None = None,
-) -> Claim | NotClaimed:
+    settle_lapsed: bool = False,
+) -> Claim | NotClaimed | Unsettled:
     """Take the agent's lease and start its head turn, all in ``conn``'s transaction.
 
     ``caller_turn_id`` is the blocking turn of the calling process, which it may run; any
     process may run a durable submission at the head (callers help drain what is ahead of
     them, so a blocking call never depends on a free worker slot). ``held_token`` continues
     with a lease this process kept from its previous turn (renewed, not taken again);
-    ``renewed`` is that renewal when it was already made in ``conn``'s transaction. A lease
-    taken over from a holder whose lease lapsed first has ``settle`` store the partial reply
-    of a turn that was cancelled under it (see ``_settle_lapsed``).
+    ``renewed`` is that renewal when it was already made in ``conn``'s transaction. With
+    ``settle_lapsed``, a lease taken over from a holder whose lease lapsed, from under a turn
+    cancelled meanwhile, is kept without starting a turn (``Unsettled``, see ``_unsettled``).
     """
     token = held_token or uuid.uuid4().hex
-    held = renewed or _take_lease(
-        conn, agent.id, token, renew=held_token is not None, ttl_s=lease_ttl_s, settle=settle
-    )
+    if renewed is not None or held_token is not None:
+        held = renewed or agent_ops.renew_lease(conn, agent.id, token, ttl_s=lease_ttl_s)
+    else:
+        taken = agent_ops.take_lease(conn, agent.id, token, ttl_s=lease_ttl_s)
+        held = None if taken is None else taken.held
+        if taken is not None and taken.lapsed and settle_lapsed:
+            unsettled = _unsettled(conn, agent.id, token)
+            if unsettled is not None:
+                return unsettled
     if held is None:
         return NotClaimed(Idle.BUSY)
     holder = _Holder(agent, token, held.admitted, held.now)
@@ -207,31 +209,22 @@ def fresh_claim(agent: AgentRef, token: str, found: claim_ops.FreshClaim) -> Cla
     return replace(holder.claim(found.turn, recovering=False), history=found.history)
 
 
-def _take_lease(
-    conn: Connection,
-    agent_id: int,
-    token: str,
-    *,
-    renew: bool,
-    ttl_s: float,
-    settle: Settle | None = None,
-) -> agent_ops.Held | None:
-    if renew:
-        return agent_ops.renew_lease(conn, agent_id, token, ttl_s=ttl_s)
-    taken = agent_ops.take_lease(conn, agent_id, token, ttl_s=ttl_s)
-    if taken is None:
-        return None
-    if taken.lapsed and settle is not None:
-        _settle_lapsed(conn, agent_id, taken.held, settle)
-    return taken.held
+@dataclass(frozen=True)
+class Unsettled:
+    """A lease taken over from a holder whose lease lapsed while the agent's last turn
+    (``turn``) was cancelled under it. That turn's attempt died, or was paused or cut off,
+    and can write no more (its writes are fenced); no recovery follows a cancel, so what it
+    streamed since its last stored partial is stored by the new holder, before the agent's
+    next turn applies its messages. The claim keeps the lease (``token``) and starts nothing:
+    its caller commits, stores the partial under the lease (``engine.settle``: Redis is read
+    with no transaction open, then one fenced write), then claims again with ``token``."""
+
+    token: str
+    turn: TurnRecord
 
 
-def _settle_lapsed(conn: Connection, agent_id: int, held: agent_ops.Held, settle: Settle) -> None:
-    """The lease was taken over from a holder whose lease lapsed: the process that ran the
-    agent's last turn died, or was paused or cut off, and can write no more (its writes are
-    fenced). If that turn was cancelled meanwhile, no recovery follows: what its attempt
-    streamed since its last stored partial is stored now (``settle``), before the agent's
-    next turn applies its messages, so it keeps its place in the conversation.
+def _unsettled(conn: Connection, agent_id: int, token: str) -> Unsettled | None:
+    """The take-over's ``Unsettled``, if the agent's last applied turn was cancelled.
 
     The turn is read locked: a cancel committing as the lease is taken over is either read
     here, or waits until this claim has started the turn's recovery (which a cancel stops
@@ -239,8 +232,9 @@ def _settle_lapsed(conn: Connection, agent_id: int, held: agent_ops.Held, settle
     look for the head left the turn aborted with its stream's partial unstored and the next
     turn started after it (seen in the mixed-faults bench, seed 710321)."""
     last = turn_ops.last_applied(conn, agent_id)
-    if last is not None and last.status is Status.ABORTED:
-        settle(conn, last, held.now)
+    if last is None or last.status is not Status.ABORTED:
+        return None
+    return Unsettled(token, last)
 
 
 @dataclass(frozen=True)

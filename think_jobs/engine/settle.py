@@ -4,10 +4,12 @@ running turn cancelled keeps its partial reply).
 A running turn's attempt stores its partial itself when a cancel reaches it. One that cannot
 — killed, frozen or cut off past its lease, its final write refused for longer than the
 lease — leaves the stream ahead of the stored partial, and no recovery follows a cancel. The
-process that next takes the agent's lease over from the lapsed holder (``queueing``'s claim:
-the holder's writes are fenced from then on) stores the partial the stream shows, in the
-claim's transaction, before the agent's next turn applies its messages. It ends the stream
-before it reads it, so what it stores is all a client will ever see there.
+process that next takes the agent's lease over from the lapsed holder (``queueing``'s claim,
+which commits the take-over and starts nothing: ``queueing.Unsettled``; the holder's writes
+are fenced from then on) stores the partial the stream shows under that lease, before the
+agent's next turn applies its messages. It ends the stream before it reads it, so what it
+stores is all a client will ever see there; and it holds no transaction while it talks to
+Redis.
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ import logging
 from datetime import datetime
 
 from think_jobs import replay
+from think_jobs.db import agents as agent_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db.engine import Connection
-from think_jobs.domain.records import TurnRecord
+from think_jobs.domain.records import AgentRef, TurnRecord
 from think_jobs.engine import approvals, continuation
 from think_jobs.engine.ports import Services
+from think_jobs.engine.queueing import Unsettled
 from think_jobs.errors import BrokerUnavailableError
+from think_jobs.keys import agent_address
 from think_jobs.messages import UIMessage, readable_message
 from think_jobs.results import StreamEvent
 from think_jobs.transport import streams
@@ -31,20 +36,33 @@ from think_jobs.transport.streams import StoredEnd, StreamRef
 log = logging.getLogger(__name__)
 
 
-def aborted_partial(
-    services: Services, address: str, conn: Connection, turn: TurnRecord, now: datetime
-) -> None:
-    """Store the partial reply the stream of ``turn`` (ended ``aborted``) shows when it shows
-    more than the stored one. A stream Redis lost, or cannot give now, leaves the stored
-    partial as it is (logged); so does one its attempt ended itself (it stored its partial
-    first, and what is stored now may have been deleted since, as ``clear_messages`` does)."""
+def cancelled_turn(services: Services, agent: AgentRef, unsettled: Unsettled) -> None:
+    """Store the partial reply the stream of the cancelled turn shows, when it shows more
+    than the stored one, under the lease the claim took over (``unsettled.token``). The
+    stream is ended and read with no transaction open (a Redis that hangs holds no row and,
+    on SQLite, no write lock); the write renews the lease first and stores nothing if it was
+    lost meanwhile (whoever took it over settles the turn again). A stream Redis lost, or
+    cannot give now, leaves the stored partial as it is (logged); so does one its attempt
+    ended itself (it stored its partial first, and what is stored now may have been deleted
+    since, as ``clear_messages`` does)."""
+    turn = unsettled.turn
     if turn.assistant_message_id is None:
         return
+    address = agent_address(agent.agent_type, agent.agent_name)
     events = _ended_stream(services, turn, StreamRef(address, turn.request_id, turn.id))
     if events is None:
         return
+    with services.db.write() as conn:
+        held = agent_ops.renew_lease(
+            conn, agent.id, unsettled.token, ttl_s=services.settings.lease_ttl_s
+        )
+        if held is not None:
+            _store(conn, turn, events, held.now)
+
+
+def _store(conn: Connection, turn: TurnRecord, events: list[StreamEvent], now: datetime) -> None:
     chunks = [event.chunk for event in events if event.chunk is not None]
-    base = approvals.answered_base_in(conn, turn)  # no second connection from the pool
+    base = approvals.answered_base_in(conn, turn)
     stored = _stored(conn, turn)
     if stored is not None and replay.suffix(chunks, stored, finished=False, base=base) is not None:
         return  # the stream leads to what is stored: the attempt stored its partial itself
