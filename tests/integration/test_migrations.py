@@ -2,10 +2,13 @@
 schema ``db.tables`` mirrors; 0006 (tool approvals) from revision 0005's database, 0007 (the
 status listing index) from 0006's, 0008 (kept schedule occurrences) from 0007's, 0009 (who
 fires a kept occurrence) from 0008's and 0010 (the aborted turns' partial index) from 0009's,
-each with rows stored before that read back after."""
+each with rows stored before that read back after. On PostgreSQL an index is built
+``CONCURRENTLY`` (writes go on meanwhile; what an interrupted build left is built again) and
+upgrades run at once apply each migration once."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -18,6 +21,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import text
 
 from tests.conftest import _pg_admin, _sqlalchemy_pg
+from tests.support.pg_sessions import wait_for_lock_waiter
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import schedules as schedule_ops
 from think_jobs.db import turns as turn_ops
@@ -129,6 +133,7 @@ def test_from_revision_0006_with_submissions_stored(empty_url: str) -> None:
     assert [turn.request_id for turn in found] == ["r4", "r3", "r2"]
     listing = next(i for i in indexes if i["name"] == "ix_think_turns_status_listing")
     assert listing["column_names"] == ["agent_id", "kind", "status", "created_at", "request_id"]
+    assert not [i for i in indexes if str(i["name"]).endswith("_rebuilt")]  # renamed
 
 
 def test_from_revision_0007_with_a_schedule_stored(empty_url: str) -> None:
@@ -252,3 +257,116 @@ def test_the_look_for_lapsed_cancels_can_use_the_partial_index(empty_url: str) -
     finally:
         database.close()
     assert any("ix_think_turns_aborted" in line for line in plan), plan
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_an_index_migration_lets_writes_to_its_table_go_on(empty_url: str) -> None:
+    """0010 builds its index ``CONCURRENTLY``: while the build waits for a transaction that
+    was writing to ``think_turns`` when it began, another writer's insert goes through (a
+    plain ``CREATE INDEX`` would queue its lock in front of that insert). Then the index is
+    valid."""
+    database = Database(empty_url, pool_size=2)
+    engine = sqlalchemy.create_engine(empty_url)
+    failed: list[BaseException] = []
+
+    def upgrading() -> None:
+        try:
+            upgrade(database)
+        except BaseException as error:  # judged below
+            failed.append(error)
+
+    try:
+        upgrade(database, "0009")
+        with engine.begin() as conn:
+            conn.execute(text(_AGENT_SQL), {"admitted": 3})
+        upgrader = threading.Thread(target=upgrading)
+        with engine.connect() as writing:
+            writing.execute(text(_turn_sql(seq=1, request_id="r1", status="pending", minute=1)))
+            upgrader.start()  # its build waits for ``writing``'s transaction to end
+            wait_for_lock_waiter(engine, on="CREATE INDEX")
+            with engine.connect() as other:
+                other.execute(text("SET lock_timeout = '10s'"))
+                other.execute(text(_turn_sql(seq=2, request_id="r2", status="aborted", minute=2)))
+                other.commit()
+            writing.commit()
+        upgrader.join(60)
+        assert not failed, failed
+        assert current_revision(database) == HEAD
+        assert _index_state(engine, "ix_think_turns_aborted") == [True]
+    finally:
+        database.close()
+        engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_an_index_an_interrupted_build_left_invalid_is_built_again(empty_url: str) -> None:
+    """A concurrent build that failed (here: a unique index of that name over duplicates, as
+    an upgrade killed mid-build leaves one) leaves an index PostgreSQL marks invalid; the
+    upgrade drops it and builds the migration's own."""
+    database = Database(empty_url, pool_size=1)
+    engine = sqlalchemy.create_engine(empty_url, isolation_level="AUTOCOMMIT")
+    try:
+        upgrade(database, "0009")
+        with engine.connect() as conn:
+            conn.execute(text(_AGENT_SQL), {"admitted": 2})
+            for seq in (1, 2):
+                conn.execute(
+                    text(_turn_sql(seq=seq, request_id=f"r{seq}", status="aborted", minute=seq))
+                )
+            with pytest.raises(sqlalchemy.exc.IntegrityError):
+                conn.execute(
+                    text(
+                        "CREATE UNIQUE INDEX CONCURRENTLY ix_think_turns_aborted "
+                        "ON think_turns (agent_id)"
+                    )
+                )
+        assert _index_state(engine, "ix_think_turns_aborted") == [False]
+        upgrade(database)
+        assert current_revision(database) == HEAD
+        assert _index_state(engine, "ix_think_turns_aborted") == [True]
+        with engine.connect() as conn:
+            definition = conn.execute(
+                text("SELECT pg_get_indexdef('ix_think_turns_aborted'::regclass)")
+            ).scalar_one()
+        assert "(completed_at) WHERE" in definition and "UNIQUE" not in definition
+    finally:
+        database.close()
+        engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_upgrades_run_at_once_apply_each_migration_once(empty_url: str) -> None:
+    """Machines deploying together each run the upgrade: one applies the migrations, the
+    others wait for its lock and find the schema current (without it they raced, one
+    failing on a table the other had just created; waiting on the lock inside a transaction,
+    they deadlocked with the index built ``CONCURRENTLY``, which waits for older ones)."""
+    databases = [Database(empty_url, pool_size=1) for _ in range(3)]
+    failed: list[BaseException] = []
+
+    def upgrading(database: Database) -> None:
+        try:
+            upgrade(database)
+        except BaseException as error:  # judged below
+            failed.append(error)
+
+    threads = [threading.Thread(target=upgrading, args=(d,)) for d in databases]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert not failed, failed
+        assert {current_revision(d) for d in databases} == {HEAD}
+    finally:
+        for database in databases:
+            database.close()
+
+
+def _index_state(engine: sqlalchemy.Engine, name: str) -> list[bool]:
+    """Whether each index called ``name`` is valid (none: [])."""
+    query = text(
+        "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        "WHERE c.relname = :name"
+    )
+    with engine.connect() as conn:
+        return [bool(valid) for valid in conn.execute(query, {"name": name}).scalars()]

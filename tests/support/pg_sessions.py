@@ -30,10 +30,16 @@ def left_idle_until_ended(transaction: AbstractContextManager[Connection]) -> No
 
 
 def wait_for_lock_waiter(
-    jobs: ThinkJobs, *, on: str = "", besides: str | None = None, deadline_s: float = 30.0
+    jobs: ThinkJobs | sa.Engine,
+    *,
+    on: str = "",
+    besides: str | None = None,
+    deadline_s: float = 30.0,
 ) -> None:
-    """Until a session of ``jobs``' database waits on a lock in a statement that names ``on``
-    (any statement by default) and not ``besides`` (a table another waiter reads)."""
+    """Until a session of the database of ``jobs`` (or an engine) waits on a lock in a
+    statement that names ``on`` (any statement by default) and not ``besides`` (a table
+    another waiter reads)."""
+    engine = jobs if isinstance(jobs, sa.Engine) else jobs.db.engine
     query = sa.text(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
         "AND wait_event_type = 'Lock' AND query LIKE :on "
@@ -41,7 +47,7 @@ def wait_for_lock_waiter(
     )
     names = {"on": f"%{on}%", "besides": None if besides is None else f"%{besides}%"}
     deadline = time.monotonic() + deadline_s
-    with jobs.db.engine.connect() as watcher:
+    with engine.connect() as watcher:
         while watcher.execute(query, names).scalar_one() == 0:
             watcher.rollback()  # a fresh snapshot of pg_stat_activity next time
             assert time.monotonic() < deadline, f"no session waited on a lock in {on or 'any'}"

@@ -338,6 +338,11 @@ class Database:
         return self._dialect
 
     @property
+    def pooler(self) -> Pooler:
+        """The connection pooler this process was told stands in front of PostgreSQL."""
+        return self._pooler
+
+    @property
     def one_statement_writes(self) -> bool:
         """Whether a write of several parts can be one statement that commits by itself
         (``statement()``; data-modifying CTEs): PostgreSQL yes, SQLite no."""
@@ -363,6 +368,13 @@ class Database:
             raise ValueError("Database.statement() is for PostgreSQL")
         with _errors_mapped(), self._connection() as conn:
             yield conn.execution_options(isolation_level="AUTOCOMMIT")
+
+    @contextmanager
+    def session(self) -> Iterator[Connection]:
+        """A pooled connection with no transaction begun: its user begins and commits its own
+        (the migrations: one transaction per migration, some steps outside any)."""
+        with _errors_mapped(), self._connection() as conn:
+            yield conn
 
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[Connection]:

@@ -16,6 +16,9 @@ def _run(connection: Connection) -> None:
         render_as_batch=True,
         version_table=VERSION_TABLE,
         compare_type=True,
+        # PostgreSQL, from ``migrate.upgrade``: each migration commits by itself, so that an
+        # index can be built outside any transaction (``migrate.build_index``).
+        transaction_per_migration=context.config.attributes.get("transaction_per_migration", False),
     )
     with context.begin_transaction():
         context.run_migrations()
