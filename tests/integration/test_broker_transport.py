@@ -141,3 +141,21 @@ def test_a_late_ack_on_a_lost_connection_is_a_broker_error_not_a_crash(jobs: Thi
     finally:
         transport.client = connection
         connection.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_channel_closed_with_a_message_unacknowledged_keeps_no_connection(
+    jobs: ThinkJobs,
+) -> None:
+    """Closing a channel gives its unacknowledged messages back to their queue, through a
+    client kombu builds on a new pool after it dropped its own; the channel drops that pool
+    too (its connection was left open)."""
+    queue = jobs.settings.queue
+    assert jobs.dispatch.enqueue_drain(7)
+    with jobs.celery.connection_for_read() as connection:
+        channel = connection.channel()
+        assert channel.basic_get(queue, no_ack=False) is not None  # delivered, not acked
+        assert jobs.redis.llen(queue) == 0
+        channel.close()
+        assert (channel._pool, channel._async_pool) == (None, None)
+    assert jobs.redis.llen(queue) == 1  # given back
