@@ -24,9 +24,9 @@ from tests.support.builders import directive, wait_for_status
 from tests.support.fencing_faults import through
 from tests.support.pg_sessions import wait_for_lock_waiter
 from tests.support.processes import worker_processes
-from tests.support.proxy import proxy_to
+from tests.support.proxy import Proxy, proxy_to
 from think_jobs import StreamEvent, SubmitMessagesResult, ThinkJobs
-from think_jobs.domain.records import AgentRef, NotClaimed
+from think_jobs.domain.records import AgentRef, Idle, NotClaimed
 from think_jobs.engine.execution import Claimed, claim
 from think_jobs.messages import UIMessage, message_text
 from think_jobs.replay import assemble
@@ -144,20 +144,11 @@ def test_a_settle_waiting_on_redis_holds_no_transaction(
     transaction and the agent takes submissions (its row is not held); once Redis answers, the
     partial is stored before the next turn's message. (Settled inside the claim's transaction,
     a Redis that hung held the agent row and the turn row for up to its socket timeout.)"""
-    agent = fault_jobs.get_agent(Recorder, "cancelled-hung")
-    first = _killed_mid_stream(fault_jobs, fault_env, agent)
-    agent.cancel_submission(first.submission_id, reason="stop")
-    streamed = list(agent.stream(first.submission_id, timeout_s=30))
-    agent_id = fault_jobs.agent_id_of(agent, create=False)
-    assert agent_id is not None
-    wait_until(lambda: _lapsed(fault_jobs, agent_id), 30)
+    agent, ref, streamed = _cancelled_after_its_worker_died(fault_jobs, fault_env, "hung")
     with proxy_to(6379) as proxy:
-        claimer = make_jobs(
-            lease_ttl_s=10, redis_url=through(fault_env, "redis", proxy)["THINK_JOBS_REDIS_URL"]
-        )
+        claimer = _claimer(make_jobs, fault_env, proxy)
         proxy.cut()
         found: list[Claimed | NotClaimed] = []
-        ref = AgentRef(agent_id, "Recorder", "cancelled-hung")
         claiming = threading.Thread(target=lambda: found.append(claim(claimer.services, ref)))
         claiming.start()
         assert proxy.holding.wait(30)  # the take-over committed; its Redis read waits
@@ -172,6 +163,50 @@ def test_a_settle_waiting_on_redis_holds_no_transaction(
     assert [(m.id, m.role) for m in messages][::2] == [("m-1", "user"), ("m-2", "user")]
     assert [m.role for m in messages] == ["user", "assistant", "user"]
     _assert_shown(streamed, messages[1])
+
+
+def test_a_settle_that_cannot_read_the_stream_claims_nothing_and_is_done_later(
+    fault_jobs: ThinkJobs, fault_env: dict[str, str], make_jobs: Callable[..., ThinkJobs]
+) -> None:
+    """Redis refuses the process that took the lease over: it runs no turn (the next one's
+    messages would go in before the partial it cannot read), and ends the lease as a dead
+    holder's, so the next claim, once Redis answers, settles the turn first. (Before, the
+    claim went on without the partial: the cancelled turn kept none for good.)"""
+    agent, ref, streamed = _cancelled_after_its_worker_died(fault_jobs, fault_env, "refused")
+    second = agent.submit_messages([directive("m-2", label="b", text="after")])
+    with proxy_to(6379) as proxy:
+        claimer = _claimer(make_jobs, fault_env, proxy)
+        proxy.down()
+        refused = claim(claimer.services, ref)
+        assert refused == NotClaimed(Idle.BUSY)
+        assert _lapsed(fault_jobs, ref.id) and _leased(fault_jobs, ref.agent_name)  # token kept
+        assert [m.id for m in agent.get_messages()] == ["m-1"]  # m-2 not applied
+        proxy.heal()
+        claimed = claim(claimer.services, ref)
+    assert isinstance(claimed, Claimed) and claimed.claim.turn.request_id == second.submission_id
+    messages = agent.get_messages()
+    assert [m.role for m in messages] == ["user", "assistant", "user"]
+    _assert_shown(streamed, messages[1])
+
+
+def _cancelled_after_its_worker_died(
+    jobs: ThinkJobs, env: dict[str, str], name: str
+) -> tuple[Recorder, AgentRef, list[StreamEvent]]:
+    """An agent whose turn was cancelled, and read by a client, after its worker died
+    mid-stream; once the dead worker's lease lapsed."""
+    agent = jobs.get_agent(Recorder, name)
+    first = _killed_mid_stream(jobs, env, agent)
+    agent.cancel_submission(first.submission_id, reason="stop")
+    streamed = list(agent.stream(first.submission_id, timeout_s=30))
+    agent_id = jobs.agent_id_of(agent, create=False)
+    assert agent_id is not None
+    wait_until(lambda: _lapsed(jobs, agent_id), 30)
+    return agent, AgentRef(agent_id, "Recorder", name), streamed
+
+
+def _claimer(make_jobs: Callable[..., ThinkJobs], env: dict[str, str], proxy: Proxy) -> ThinkJobs:
+    """A process of its own, which reaches Redis through ``proxy``."""
+    return make_jobs(lease_ttl_s=10, redis_url=through(env, "redis", proxy)["THINK_JOBS_REDIS_URL"])
 
 
 def _lapsed(jobs: ThinkJobs, agent_id: int) -> bool:

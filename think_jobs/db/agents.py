@@ -203,6 +203,19 @@ def release_lease(conn: Connection, agent_id: int, token: str) -> int | None:
     return admitted
 
 
+_LAPSE = (
+    update(agents)
+    .where(agents.c.id == bindparam("agent_row"), agents.c.lease_token == bindparam("token"))
+    .values(lease_expires_at=db_now())
+)
+
+
+def lapse_lease(conn: Connection, agent_id: int, token: str) -> None:
+    """End a lease we hold now, keeping its token: the next taker finds it lapsed, not free
+    (``take_lease``), as if this holder had died, and does what a take-over does."""
+    conn.execute(_LAPSE, {"agent_row": agent_id, "token": token})
+
+
 def lease_is_live(conn: Connection, agent_id: int) -> bool:
     query = select(_LEASE_LIVE).where(agents.c.id == agent_id)
     return bool(conn.execute(query).scalar_one_or_none())

@@ -36,7 +36,15 @@ from think_jobs.db import agents as agent_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.engine import Connection
-from think_jobs.domain.records import AgentRef, Claim, Ended, NotClaimed, Released, TurnRecord
+from think_jobs.domain.records import (
+    AgentRef,
+    Claim,
+    Ended,
+    Idle,
+    NotClaimed,
+    Released,
+    TurnRecord,
+)
 from think_jobs.domain.status import INTERRUPTED, Status, StopKind
 from think_jobs.engine import approvals, followups, handoff, queueing, settle
 from think_jobs.engine.attempt import (
@@ -128,15 +136,34 @@ def claim(
     ``queueing.claim_next``); a turn whose messages are already applied gets its conversation
     read in the same transaction. A lease taken over from under a turn cancelled meanwhile is
     committed first; the turn's partial is stored under it (``settle.cancelled_turn``: no
-    transaction is open while Redis is read), then the claim goes on with it."""
+    transaction is open while Redis is read), then the claim goes on with it. If the stream
+    cannot be read now (Redis unreachable), or the settle fails, the lease is ended as a dead
+    holder's would be (``agent_ops.lapse_lease``): nothing is claimed, and the next claim of
+    the agent (a drain, the sweeper's within its look-back) settles the turn first."""
     token = held.token if held is not None else None
     taken = _claim(services, agent, caller_turn_id, token)
     if not isinstance(taken, queueing.Unsettled):
         return taken
-    settle.cancelled_turn(services, agent, taken)
-    claimed = _claim(services, agent, caller_turn_id, taken.token)
+    try:
+        settled = settle.cancelled_turn(services, agent, taken)
+        claimed = _claim(services, agent, caller_turn_id, taken.token) if settled else None
+    except BaseException:
+        _lapse(services, agent, taken.token)
+        raise
+    if claimed is None:
+        _lapse(services, agent, taken.token)
+        return NotClaimed(Idle.BUSY)
     assert not isinstance(claimed, queueing.Unsettled)  # a lease renewed settles nothing
     return claimed
+
+
+def _lapse(services: Services, agent: AgentRef, token: str) -> None:
+    """End the lease (best effort: a database that refuses now lets it lapse by its TTL)."""
+    try:
+        with services.db.write() as conn:
+            agent_ops.lapse_lease(conn, agent.id, token)
+    except ThinkJobsError as error:
+        log.warning("lease of agent %s left to lapse by itself: %s", agent.id, error)
 
 
 def _claim(

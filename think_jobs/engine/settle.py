@@ -36,28 +36,34 @@ from think_jobs.transport.streams import StoredEnd, StreamRef
 log = logging.getLogger(__name__)
 
 
-def cancelled_turn(services: Services, agent: AgentRef, unsettled: Unsettled) -> None:
+def cancelled_turn(services: Services, agent: AgentRef, unsettled: Unsettled) -> bool:
     """Store the partial reply the stream of the cancelled turn shows, when it shows more
-    than the stored one, under the lease the claim took over (``unsettled.token``). The
-    stream is ended and read with no transaction open (a Redis that hangs holds no row and,
-    on SQLite, no write lock); the write renews the lease first and stores nothing if it was
-    lost meanwhile (whoever took it over settles the turn again). A stream Redis lost, or
-    cannot give now, leaves the stored partial as it is (logged); so does one its attempt
-    ended itself (it stored its partial first, and what is stored now may have been deleted
-    since, as ``clear_messages`` does)."""
+    than the stored one, under the lease the claim took over (``unsettled.token``); False
+    when the stream cannot be read now (Redis unreachable: logged), and the turn is still to
+    settle. The stream is ended and read with no transaction open (a Redis that hangs holds
+    no row and, on SQLite, no write lock); the write renews the lease first and stores
+    nothing if it was lost meanwhile (whoever took it over settles the turn again). A stream
+    Redis lost leaves the stored partial as it is; so does one its attempt ended itself (it
+    stored its partial first, and what is stored now may have been deleted since, as
+    ``clear_messages`` does)."""
     turn = unsettled.turn
     if turn.assistant_message_id is None:
-        return
+        return True
     address = agent_address(agent.agent_type, agent.agent_name)
-    events = _ended_stream(services, turn, StreamRef(address, turn.request_id, turn.id))
+    try:
+        events = _ended_stream(services, turn, StreamRef(address, turn.request_id, turn.id))
+    except BrokerUnavailableError as error:
+        log.warning("stream of cancelled request %s unread: %s", turn.request_id, error)
+        return False
     if events is None:
-        return
+        return True
     with services.db.write() as conn:
         held = agent_ops.renew_lease(
             conn, agent.id, unsettled.token, ttl_s=services.settings.lease_ttl_s
         )
         if held is not None:
             _store(conn, turn, events, held.now)
+    return True
 
 
 def _store(conn: Connection, turn: TurnRecord, events: list[StreamEvent], now: datetime) -> None:
@@ -82,24 +88,20 @@ def _ended_stream(services: Services, turn: TurnRecord, ref: StreamRef) -> list[
     """The stream's events, ended first (``done`` from the database, unless a reader ended it
     already): nothing lands in it after that, not even a send of the dead attempt still in
     flight, so what is read is all a client will ever see. None when there is nothing to
-    settle: no chunk (the buffer is gone: readers rebuild it from the database), the attempt
-    ended it itself, or Redis cannot be read (logged)."""
-    try:
-        with broker_errors("reading a cancelled turn's stream"):
-            events = streams.buffered_events(services.redis, services.keys, ref)
-            if not any(event.chunk is not None for event in events):
-                return None
-            last = events[-1]
-            if last.done and (last.attempt or 0) < streams.STORE_EPOCH:
-                return None  # its attempt stored its partial, then ended the stream
-            end = StoredEnd(turn.status, turn.error, None)
-            streams.seal_from_store(
-                services.redis, services.keys, ref, end, ttl_s=services.settings.stream_ttl_s
-            )
-            return streams.buffered_events(services.redis, services.keys, ref)
-    except BrokerUnavailableError as error:
-        log.warning("stream of cancelled request %s unread: %s", turn.request_id, error)
-        return None
+    settle: no chunk (the buffer is gone: readers rebuild it from the database), or the
+    attempt ended it itself. Raises ``BrokerUnavailableError`` when Redis cannot be read."""
+    with broker_errors("reading a cancelled turn's stream"):
+        events = streams.buffered_events(services.redis, services.keys, ref)
+        if not any(event.chunk is not None for event in events):
+            return None
+        last = events[-1]
+        if last.done and (last.attempt or 0) < streams.STORE_EPOCH:
+            return None  # its attempt stored its partial, then ended the stream
+        end = StoredEnd(turn.status, turn.error, None)
+        streams.seal_from_store(
+            services.redis, services.keys, ref, end, ttl_s=services.settings.stream_ttl_s
+        )
+        return streams.buffered_events(services.redis, services.keys, ref)
 
 
 def _stored(conn: Connection, turn: TurnRecord) -> UIMessage | None:
