@@ -8,6 +8,7 @@ upgrades run at once apply each migration once."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Iterator
@@ -23,11 +24,13 @@ from sqlalchemy import text
 from tests.conftest import _pg_admin, _sqlalchemy_pg
 from tests.support.pg_sessions import wait_for_lock_waiter
 from think_jobs.db import agents as agent_ops
+from think_jobs.db import migrate
 from think_jobs.db import schedules as schedule_ops
 from think_jobs.db import turns as turn_ops
-from think_jobs.db.engine import Database
+from think_jobs.db.engine import Database, Pooler
 from think_jobs.db.migrate import current_revision, upgrade
 from think_jobs.db.tables import VERSION_TABLE, Base
+from think_jobs.testing import wait_until
 
 HEAD = "0010"
 
@@ -335,12 +338,21 @@ def test_an_index_an_interrupted_build_left_invalid_is_built_again(empty_url: st
 
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
-def test_upgrades_run_at_once_apply_each_migration_once(empty_url: str) -> None:
+@pytest.mark.parametrize(
+    "poolers",
+    [("none",) * 3, ("transaction",) * 3, ("none", "transaction", "none")],
+    ids=["direct", "pooled", "mixed"],
+)
+def test_upgrades_run_at_once_apply_each_migration_once(
+    empty_url: str, poolers: tuple[Pooler, ...]
+) -> None:
     """Machines deploying together each run the upgrade: one applies the migrations, the
     others wait for its lock and find the schema current (without it they raced, one
     failing on a table the other had just created; waiting on the lock inside a transaction,
-    they deadlocked with the index built ``CONCURRENTLY``, which waits for older ones)."""
-    databases = [Database(empty_url, pool_size=1) for _ in range(3)]
+    they deadlocked with the index built ``CONCURRENTLY``, which waits for older ones). A
+    process told it stands behind a transaction pooler takes the lock per transaction and
+    applies every migration in one."""
+    databases = [Database(empty_url, pool_size=1, pooler=pooler) for pooler in poolers]
     failed: list[BaseException] = []
 
     def upgrading(database: Database) -> None:
@@ -360,6 +372,32 @@ def test_upgrades_run_at_once_apply_each_migration_once(empty_url: str) -> None:
     finally:
         for database in databases:
             database.close()
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_an_upgrade_waits_for_the_lock_and_names_who_holds_it(
+    empty_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(migrate, "_WAIT_LOG_S", 0.0)
+    database = Database(empty_url, pool_size=1)
+    engine = sqlalchemy.create_engine(empty_url)
+    upgrader = threading.Thread(target=upgrade, args=(database,))
+    try:
+        with engine.connect() as holder, caplog.at_level(logging.WARNING, migrate.__name__):
+            holder.execute(text("SELECT pg_advisory_lock(:key)"), {"key": migrate.UPGRADE_LOCK})
+            holder.commit()
+            pid = holder.execute(text("SELECT pg_backend_pid()")).scalar_one()
+            holder.commit()
+            upgrader.start()
+            wait_until(lambda: f"(server process {pid})" in caplog.text, 30)
+            assert current_revision(database) is None  # nothing applied while it waits
+            holder.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": migrate.UPGRADE_LOCK})
+            holder.commit()
+            upgrader.join(60)
+        assert current_revision(database) == HEAD
+    finally:
+        database.close()
+        engine.dispose()
 
 
 def _index_state(engine: sqlalchemy.Engine, name: str) -> list[bool]:

@@ -7,6 +7,7 @@ start for a step most of them never take.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +19,8 @@ from think_jobs.db.tables import VERSION_TABLE
 
 if TYPE_CHECKING:
     from alembic.config import Config
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -31,52 +34,97 @@ def alembic_config(database: Database) -> Config:
     return config
 
 
-# The key of the advisory lock an upgrade of a PostgreSQL database holds ("thinkjob"), and
-# how often an upgrader that found it taken asks again.
+# The key of the advisory lock an upgrade of a PostgreSQL database holds ("thinkjob"), how
+# often an upgrader that found it taken asks again, and how often it says it still waits.
 UPGRADE_LOCK = 0x7468696E6B6A6F62
 _LOCK_POLL_S = 0.2
+_WAIT_LOG_S = 30.0
+_HOLDER = text(
+    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
+    "AND classid = CAST(:high AS oid) AND objid = CAST(:low AS oid) "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
 
 
 def upgrade(database: Database, revision: str = "head") -> None:
-    """Bring the schema to ``revision``.
+    """Bring the schema to ``revision``, one upgrader of a PostgreSQL database at a time
+    (an advisory lock; machines deployed at once apply each migration once, the later ones
+    find the schema current).
 
     PostgreSQL: one transaction per migration, an index built outside any (``build_index``:
-    ``CONCURRENTLY``, so that writes to its table go on meanwhile), all while this session
-    holds an advisory lock another upgrader waits for (machines deployed at once apply each
-    migration once; the later ones find the schema current). SQLite, and PostgreSQL behind a
-    pooler in transaction mode (a session's lock would stay with whichever server session
-    the pooler chose): every migration in one transaction, indexes built inside it."""
+    ``CONCURRENTLY``, so that writes to its table go on meanwhile), while this session holds
+    the lock. Behind a pooler in transaction mode (a session's lock would stay with whichever
+    server session the pooler chose), and on SQLite: every migration in one transaction,
+    indexes built inside it (on PostgreSQL under the transaction's own lock)."""
     from alembic import command
 
     config = alembic_config(database)
-    if database.dialect != "postgresql" or database.pooler == "transaction":
+    if database.dialect != "postgresql":
         with database.write() as conn:
             config.attributes["connection"] = conn
             command.upgrade(config, revision)
         return
+    if database.pooler == "transaction":
+        _upgrade_in_one_transaction(database, config, revision)
+        return
     with database.session() as conn:
-        _lock_upgrades(conn)
+        unlocked = False
         try:
+            waiting = _Waiting()
+            while not _try(conn, "pg_try_advisory_lock", commit=True):
+                waiting.wait(conn)
             config.attributes["connection"] = conn
             config.attributes["transaction_per_migration"] = True
             command.upgrade(config, revision)
-        except BaseException:
-            conn.invalidate()  # the session ends, and its lock with it
-            raise
-        conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": UPGRADE_LOCK})
-        conn.commit()
+            conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": UPGRADE_LOCK})
+            conn.commit()
+            unlocked = True
+        finally:
+            if not unlocked:
+                conn.invalidate()  # the session ends, and its lock with it
 
 
-def _lock_upgrades(conn: Connection) -> None:
-    """Take the upgrade lock, asking again until it is free; no transaction stays open while
-    this session waits (``CREATE INDEX CONCURRENTLY`` in the upgrade holding it waits for
-    every transaction older than its build, so one waiting on the lock deadlocks it)."""
-    lock = text("SELECT pg_try_advisory_lock(:key)")
+def _upgrade_in_one_transaction(database: Database, config: Config, revision: str) -> None:
+    from alembic import command
+
+    waiting = _Waiting()
     while True:
-        taken = bool(conn.execute(lock, {"key": UPGRADE_LOCK}).scalar_one())
+        with database.write() as conn:
+            if _try(conn, "pg_try_advisory_xact_lock", commit=False):
+                config.attributes["connection"] = conn
+                command.upgrade(config, revision)
+                return
+        with database.session() as watcher:
+            waiting.wait(watcher)
+
+
+def _try(conn: Connection, function: str, *, commit: bool) -> bool:
+    taken = bool(conn.execute(text(f"SELECT {function}(:key)"), {"key": UPGRADE_LOCK}).scalar())
+    if commit:
         conn.commit()
-        if taken:
-            return
+    return taken
+
+
+class _Waiting:
+    """An upgrader waiting for the lock: it asks again every ``_LOCK_POLL_S`` and says every
+    ``_WAIT_LOG_S`` which session holds it. No transaction stays open while it waits:
+    ``CREATE INDEX CONCURRENTLY`` in the upgrade holding the lock waits for every transaction
+    older than its build, so one waiting on the lock would deadlock it."""
+
+    def __init__(self) -> None:
+        self.started = self.logged = time.monotonic()
+
+    def wait(self, conn: Connection) -> None:
+        now = time.monotonic()
+        if now - self.logged >= _WAIT_LOG_S:
+            self.logged = now
+            key = {"high": UPGRADE_LOCK >> 32, "low": UPGRADE_LOCK & 0xFFFFFFFF}
+            holder = conn.execute(_HOLDER, key).scalar()
+            conn.commit()
+            log.warning(
+                "waiting %.0f s for another upgrade of this database (server process %s)",
+                now - self.started, holder,
+            )  # fmt: skip
         time.sleep(_LOCK_POLL_S)
 
 
@@ -91,8 +139,14 @@ def build_index(name: str, table: str, columns: list[str], *, where: str | None 
     predicate = None if where is None else text(where)
     context = op.get_context()
     if not context.opts.get("transaction_per_migration"):
+        if _invalid_index(op.get_bind(), name):
+            op.drop_index(name, table_name=table)
         op.create_index(name, table, columns, postgresql_where=predicate, sqlite_where=predicate)
         return
+    log.info(
+        "building index %s CONCURRENTLY: it waits for every older transaction of the database",
+        name,
+    )
     with context.autocommit_block():
         if _invalid_index(op.get_bind(), name):
             op.drop_index(name, table_name=table, postgresql_concurrently=True)
@@ -126,6 +180,9 @@ def rebuild_index(name: str, table: str, columns: list[str]) -> None:
 
 
 def _invalid_index(conn: Connection, name: str) -> bool:
+    """Whether PostgreSQL holds an invalid index ``name`` (left by an interrupted build)."""
+    if conn.dialect.name != "postgresql":
+        return False
     query = text(
         "SELECT NOT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
         "WHERE c.relname = :name AND pg_table_is_visible(c.oid)"
