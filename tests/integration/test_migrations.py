@@ -351,13 +351,15 @@ def test_upgrades_run_at_once_apply_each_migration_once(
     failing on a table the other had just created; waiting on the lock inside a transaction,
     they deadlocked with the index built ``CONCURRENTLY``, which waits for older ones). A
     process told it stands behind a transaction pooler takes the lock per transaction and
-    applies every migration in one."""
+    applies every migration in one. Each says what it found and left, read under the lock
+    (``think-jobs db upgrade`` prints it)."""
     databases = [Database(empty_url, pool_size=1, pooler=pooler) for pooler in poolers]
     failed: list[BaseException] = []
+    done: list[migrate.Upgraded] = []
 
     def upgrading(database: Database) -> None:
         try:
-            upgrade(database)
+            done.append(upgrade(database))
         except BaseException as error:  # judged below
             failed.append(error)
 
@@ -369,6 +371,11 @@ def test_upgrades_run_at_once_apply_each_migration_once(
             thread.join(120)
         assert not failed, failed
         assert {current_revision(d) for d in databases} == {HEAD}
+        assert sorted(done, key=lambda u: u.before or "") == [  # what each says it did
+            migrate.Upgraded(None, HEAD),
+            migrate.Upgraded(HEAD, HEAD),
+            migrate.Upgraded(HEAD, HEAD),
+        ]
     finally:
         for database in databases:
             database.close()

@@ -80,13 +80,12 @@ def db() -> None:
 @app_option
 def db_upgrade(app_spec: str | None) -> None:
     """Apply the think-jobs migrations to the configured database."""
-    from think_jobs.db.migrate import current_revision
+    from think_jobs.db.migrate import upgrade
 
     jobs = load_app(app_spec)
     where = jobs.db.engine.url.render_as_string(hide_password=True)
-    before = current_revision(jobs.db)
-    jobs.migrate()
-    after = current_revision(jobs.db)
+    upgraded = upgrade(jobs.db)  # both revisions read under the upgrade's lock
+    before, after = upgraded.before, upgraded.after
     if before == after:
         click.echo(f"database at {where} is up to date (revision {after})")
     else:

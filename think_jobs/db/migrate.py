@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,7 +47,16 @@ _HOLDER = text(
 )
 
 
-def upgrade(database: Database, revision: str = "head") -> None:
+@dataclass(frozen=True)
+class Upgraded:
+    """The revision an upgrade found (None: an empty database) and the one it left, both read
+    while it held the lock: an upgrader that waited for another finds the schema current."""
+
+    before: str | None
+    after: str | None
+
+
+def upgrade(database: Database, revision: str = "head") -> Upgraded:
     """Bring the schema to ``revision``, one upgrader of a PostgreSQL database at a time
     (an advisory lock; machines deployed at once apply each migration once, the later ones
     find the schema current).
@@ -56,44 +66,47 @@ def upgrade(database: Database, revision: str = "head") -> None:
     the lock. Behind a pooler in transaction mode (a session's lock would stay with whichever
     server session the pooler chose), and on SQLite: every migration in one transaction,
     indexes built inside it (on PostgreSQL under the transaction's own lock)."""
-    from alembic import command
 
     config = alembic_config(database)
     if database.dialect != "postgresql":
         with database.write() as conn:
-            config.attributes["connection"] = conn
-            command.upgrade(config, revision)
-        return
+            return _upgrade_on(conn, config, revision)
     if database.pooler == "transaction":
-        _upgrade_in_one_transaction(database, config, revision)
-        return
+        return _upgrade_in_one_transaction(database, config, revision)
     with database.session() as conn:
         unlocked = False
         try:
             waiting = _Waiting()
             while not _try(conn, "pg_try_advisory_lock", commit=True):
                 waiting.wait(conn)
-            config.attributes["connection"] = conn
             config.attributes["transaction_per_migration"] = True
-            command.upgrade(config, revision)
+            upgraded = _upgrade_on(conn, config, revision)
             conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": UPGRADE_LOCK})
             conn.commit()
             unlocked = True
         finally:
             if not unlocked:
                 conn.invalidate()  # the session ends, and its lock with it
+    return upgraded
 
 
-def _upgrade_in_one_transaction(database: Database, config: Config, revision: str) -> None:
+def _upgrade_on(conn: Connection, config: Config, revision: str) -> Upgraded:
     from alembic import command
 
+    before = _revision_on(conn)
+    if config.attributes.get("transaction_per_migration"):
+        conn.commit()  # Alembic begins each migration's transaction itself
+    config.attributes["connection"] = conn
+    command.upgrade(config, revision)
+    return Upgraded(before, _revision_on(conn))
+
+
+def _upgrade_in_one_transaction(database: Database, config: Config, revision: str) -> Upgraded:
     waiting = _Waiting()
     while True:
         with database.write() as conn:
             if _try(conn, "pg_try_advisory_xact_lock", commit=False):
-                config.attributes["connection"] = conn
-                command.upgrade(config, revision)
-                return
+                return _upgrade_on(conn, config, revision)
         with database.session() as watcher:
             waiting.wait(watcher)
 
@@ -192,8 +205,12 @@ def _invalid_index(conn: Connection, name: str) -> bool:
 
 def current_revision(database: Database) -> str | None:
     """The applied revision, or None on an empty database."""
+    with database.read() as conn:
+        return _revision_on(conn)
+
+
+def _revision_on(conn: Connection) -> str | None:
     from alembic.runtime.migration import MigrationContext
 
-    with database.read() as conn:
-        context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
-        return context.get_current_revision()
+    context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+    return context.get_current_revision()
