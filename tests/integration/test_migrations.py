@@ -301,6 +301,47 @@ def test_an_index_migration_lets_writes_to_its_table_go_on(empty_url: str) -> No
         engine.dispose()
 
 
+_LISTING = "ix_think_turns_status_listing"
+_NEW_LISTING = "(agent_id, kind, status, created_at, request_id)"
+_BUILT = f"CREATE INDEX {_LISTING}_rebuilt ON think_turns {_NEW_LISTING}"
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+@pytest.mark.parametrize(
+    "left",
+    [
+        [f"CREATE INDEX {_LISTING}_rebuilt ON think_turns {_NEW_LISTING}"],
+        [
+            f"DROP INDEX {_LISTING}",
+            f"CREATE INDEX {_LISTING}_rebuilt ON think_turns {_NEW_LISTING}",
+        ],
+        [f"DROP INDEX {_LISTING}", f"CREATE INDEX {_LISTING} ON think_turns {_NEW_LISTING}"],
+    ],
+    ids=["built", "old-dropped", "renamed"],
+)
+def test_0007_stopped_at_any_step_ends_with_its_index_when_run_again(
+    empty_url: str, left: list[str]
+) -> None:
+    """0007 builds the new listing index beside the old one, drops the old one, renames the
+    new one, then the version is recorded: an upgrade stopped after any of those steps (left
+    here on a 0006 database) ends, run again, with the one index on the new columns."""
+    database = Database(empty_url, pool_size=1)
+    try:
+        upgrade(database, "0006")
+        with database.write() as conn:
+            for statement in left:
+                conn.execute(text(statement))
+        upgrade(database)
+        assert current_revision(database) == HEAD
+        indexes = sqlalchemy.inspect(database.engine).get_indexes("think_turns")
+    finally:
+        database.close()
+    listing = [i for i in indexes if str(i["name"]).startswith(_LISTING)]
+    assert [(i["name"], i["column_names"]) for i in listing] == [
+        (_LISTING, ["agent_id", "kind", "status", "created_at", "request_id"])
+    ]
+
+
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 def test_an_index_an_interrupted_build_left_invalid_is_built_again(empty_url: str) -> None:
     """A concurrent build that failed (here: a unique index of that name over duplicates, as

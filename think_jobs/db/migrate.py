@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, inspect, text
 
 from think_jobs.db.engine import Database
 from think_jobs.db.tables import VERSION_TABLE
@@ -178,7 +178,8 @@ def rebuild_index(name: str, table: str, columns: list[str]) -> None:
     ``build_index`` builds one, under a second name, then the old one dropped
     (``CONCURRENTLY``) and the new one renamed, when the upgrade runs one transaction per
     migration; otherwise dropped and created in the migration's transaction. Repeating it
-    after an interruption ends with the index on ``columns`` either way."""
+    after an interruption at any step ends with the index on ``columns``, built once more
+    only if the interrupted one had not been built in full."""
     from alembic import op
 
     if not op.get_context().opts.get("transaction_per_migration"):
@@ -186,6 +187,9 @@ def rebuild_index(name: str, table: str, columns: list[str]) -> None:
         op.create_index(name, table, columns)
         return
     rebuilt = f"{name}_rebuilt"
+    indexes = {i["name"]: i["column_names"] for i in inspect(op.get_bind()).get_indexes(table)}
+    if rebuilt not in indexes and indexes.get(name) == columns:
+        return  # renamed already, by an upgrade stopped before it could record it
     build_index(rebuilt, table, columns)
     with op.get_context().autocommit_block():
         op.drop_index(name, table_name=table, postgresql_concurrently=True, if_exists=True)
