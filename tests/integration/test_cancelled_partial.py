@@ -169,24 +169,41 @@ def test_a_settle_that_cannot_read_the_stream_claims_nothing_and_is_done_later(
     fault_jobs: ThinkJobs, fault_env: dict[str, str], make_jobs: Callable[..., ThinkJobs]
 ) -> None:
     """Redis refuses the process that took the lease over: it runs no turn (the next one's
-    messages would go in before the partial it cannot read), and ends the lease as a dead
-    holder's, so the next claim, once Redis answers, settles the turn first. (Before, the
-    claim went on without the partial: the cancelled turn kept none for good.)"""
+    messages would go in before the partial it cannot read) and keeps the lease until its
+    TTL (a back-off); once it lapsed and Redis answers, the next claim settles the turn
+    first. (Before, the claim went on without the partial: the turn kept none for good.)"""
     agent, ref, streamed = _cancelled_after_its_worker_died(fault_jobs, fault_env, "refused")
     second = agent.submit_messages([directive("m-2", label="b", text="after")])
     with proxy_to(6379) as proxy:
-        claimer = _claimer(make_jobs, fault_env, proxy)
+        claimer = _claimer(make_jobs, fault_env, proxy, lease_ttl_s=5)
         proxy.down()
-        refused = claim(claimer.services, ref)
-        assert refused == NotClaimed(Idle.BUSY)
-        assert _lapsed(fault_jobs, ref.id) and _leased(fault_jobs, ref.agent_name)  # token kept
+        assert claim(claimer.services, ref) == NotClaimed(Idle.BUSY)
+        assert not _lapsed(fault_jobs, ref.id)  # held until its TTL: a back-off
+        assert claim(claimer.services, ref) == NotClaimed(Idle.BUSY)
         assert [m.id for m in agent.get_messages()] == ["m-1"]  # m-2 not applied
+        wait_until(lambda: _lapsed(fault_jobs, ref.id), 30)
         proxy.heal()
         claimed = claim(claimer.services, ref)
     assert isinstance(claimed, Claimed) and claimed.claim.turn.request_id == second.submission_id
     messages = agent.get_messages()
     assert [m.role for m in messages] == ["user", "assistant", "user"]
     _assert_shown(streamed, messages[1])
+
+
+def test_a_stream_that_cannot_be_settled_does_not_stop_the_agent(
+    fault_jobs: ThinkJobs, fault_env: dict[str, str], make_jobs: Callable[..., ThinkJobs]
+) -> None:
+    """The cancelled turn's buffer holds an event this code cannot read (written by another
+    version, say): the take-over logs it, the turn keeps the partial stored before (none),
+    and the agent's next turn runs. (A failure there would meet every claim of the agent.)"""
+    agent, ref, _ = _cancelled_after_its_worker_died(fault_jobs, fault_env, "garbled")
+    [buffer] = fault_jobs.redis.keys(f"{fault_jobs.settings.key_prefix}:stream:*garbled*")
+    fault_jobs.redis.rpush(buffer, b"{not an event")
+    second = agent.submit_messages([directive("m-2", label="b", text="after")])
+    claimer = make_jobs(lease_ttl_s=10)
+    claimed = claim(claimer.services, ref)
+    assert isinstance(claimed, Claimed) and claimed.claim.turn.request_id == second.submission_id
+    assert [(m.id, m.role) for m in agent.get_messages()] == [("m-1", "user"), ("m-2", "user")]
 
 
 def _cancelled_after_its_worker_died(
@@ -204,9 +221,12 @@ def _cancelled_after_its_worker_died(
     return agent, AgentRef(agent_id, "Recorder", name), streamed
 
 
-def _claimer(make_jobs: Callable[..., ThinkJobs], env: dict[str, str], proxy: Proxy) -> ThinkJobs:
+def _claimer(
+    make_jobs: Callable[..., ThinkJobs], env: dict[str, str], proxy: Proxy, lease_ttl_s: float = 10
+) -> ThinkJobs:
     """A process of its own, which reaches Redis through ``proxy``."""
-    return make_jobs(lease_ttl_s=10, redis_url=through(env, "redis", proxy)["THINK_JOBS_REDIS_URL"])
+    url = through(env, "redis", proxy)["THINK_JOBS_REDIS_URL"]
+    return make_jobs(lease_ttl_s=lease_ttl_s, redis_url=url)
 
 
 def _lapsed(jobs: ThinkJobs, agent_id: int) -> bool:

@@ -137,32 +137,49 @@ def claim(
     read in the same transaction. A lease taken over from under a turn cancelled meanwhile is
     committed first; the turn's partial is stored under it (``settle.cancelled_turn``: no
     transaction is open while Redis is read), then the claim goes on with it. If the stream
-    cannot be read now (Redis unreachable), or the settle fails, the lease is ended as a dead
-    holder's would be (``agent_ops.lapse_lease``): nothing is claimed, and the next claim of
-    the agent (a drain, the sweeper's within its look-back) settles the turn first."""
+    cannot be read now (Redis unreachable), nothing is claimed and the lease is left to lapse
+    by its TTL (a back-off: the sweeper does not drain a leased agent), after which the next
+    claim settles the turn first; if the claim fails (an interrupt, the database), the lease is
+    ended at once as a dead holder's would be (``agent_ops.lapse_lease``)."""
     token = held.token if held is not None else None
     taken = _claim(services, agent, caller_turn_id, token)
     if not isinstance(taken, queueing.Unsettled):
         return taken
     try:
-        settled = settle.cancelled_turn(services, agent, taken)
+        settled = _settle(services, agent, taken)
         claimed = _claim(services, agent, caller_turn_id, taken.token) if settled else None
     except BaseException:
         _lapse(services, agent, taken.token)
         raise
     if claimed is None:
-        _lapse(services, agent, taken.token)
         return NotClaimed(Idle.BUSY)
     assert not isinstance(claimed, queueing.Unsettled)  # a lease renewed settles nothing
     return claimed
 
 
+def _settle(services: Services, agent: AgentRef, taken: queueing.Unsettled) -> bool:
+    """``settle.cancelled_turn``. A failure other than the database's is logged and the turn
+    keeps the partial stored before: a stream that cannot be settled must not stop the
+    agent's queue for good (every claim would meet it again)."""
+    try:
+        return settle.cancelled_turn(services, agent, taken)
+    except StorageUnavailableError:
+        raise
+    except Exception:
+        log.exception(
+            "cancelled request %s: the partial its stream shows could not be stored; it keeps "
+            "the one stored before", taken.turn.request_id,
+        )  # fmt: skip
+        return True
+
+
 def _lapse(services: Services, agent: AgentRef, token: str) -> None:
-    """End the lease (best effort: a database that refuses now lets it lapse by its TTL)."""
+    """End the lease (best effort: a database that refuses now lets it lapse by its TTL; what
+    went wrong before is what the caller raises)."""
     try:
         with services.db.write() as conn:
             agent_ops.lapse_lease(conn, agent.id, token)
-    except ThinkJobsError as error:
+    except Exception as error:
         log.warning("lease of agent %s left to lapse by itself: %s", agent.id, error)
 
 

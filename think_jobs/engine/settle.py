@@ -40,12 +40,12 @@ def cancelled_turn(services: Services, agent: AgentRef, unsettled: Unsettled) ->
     """Store the partial reply the stream of the cancelled turn shows, when it shows more
     than the stored one, under the lease the claim took over (``unsettled.token``); False
     when the stream cannot be read now (Redis unreachable: logged), and the turn is still to
-    settle. The stream is ended and read with no transaction open (a Redis that hangs holds
-    no row and, on SQLite, no write lock); the write renews the lease first and stores
-    nothing if it was lost meanwhile (whoever took it over settles the turn again). A stream
-    Redis lost leaves the stored partial as it is; so does one its attempt ended itself (it
-    stored its partial first, and what is stored now may have been deleted since, as
-    ``clear_messages`` does)."""
+    settle (by whoever takes the lease over once it lapsed). The stream is ended and read
+    with no transaction open (a Redis that hangs holds no row and, on SQLite, no write lock);
+    the write renews the lease first and stores nothing if it was lost meanwhile (whoever
+    took it over settles the turn again). A stream Redis lost leaves the stored partial as it
+    is; so does one its attempt ended itself (it stored its partial first, and what is stored
+    now may have been deleted since, as ``clear_messages`` does)."""
     turn = unsettled.turn
     if turn.assistant_message_id is None:
         return True
