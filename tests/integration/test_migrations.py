@@ -307,6 +307,7 @@ _BUILT = f"CREATE INDEX {_LISTING}_rebuilt ON think_turns {_NEW_LISTING}"
 
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+@pytest.mark.parametrize("pooler", ["none", "transaction"])
 @pytest.mark.parametrize(
     "left",
     [
@@ -320,12 +321,13 @@ _BUILT = f"CREATE INDEX {_LISTING}_rebuilt ON think_turns {_NEW_LISTING}"
     ids=["built", "old-dropped", "renamed"],
 )
 def test_0007_stopped_at_any_step_ends_with_its_index_when_run_again(
-    empty_url: str, left: list[str]
+    empty_url: str, left: list[str], pooler: Pooler
 ) -> None:
     """0007 builds the new listing index beside the old one, drops the old one, renames the
     new one, then the version is recorded: an upgrade stopped after any of those steps (left
-    here on a 0006 database) ends, run again, with the one index on the new columns."""
-    database = Database(empty_url, pool_size=1)
+    here on a 0006 database) ends, run again, with the one index on the new columns — also
+    when the upgrade run again is one transaction (a process behind a pooler)."""
+    database = Database(empty_url, pool_size=1, pooler=pooler)
     try:
         upgrade(database, "0006")
         with database.write() as conn:
@@ -340,6 +342,44 @@ def test_0007_stopped_at_any_step_ends_with_its_index_when_run_again(
     assert [(i["name"], i["column_names"]) for i in listing] == [
         (_LISTING, ["agent_id", "kind", "status", "created_at", "request_id"])
     ]
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_0007_run_again_after_its_rename_builds_nothing(empty_url: str) -> None:
+    database = Database(empty_url, pool_size=1)
+    try:
+        upgrade(database, "0006")
+        with database.write() as conn:
+            conn.execute(text(f"DROP INDEX {_LISTING}"))
+            conn.execute(text(f"CREATE INDEX {_LISTING} ON think_turns {_NEW_LISTING}"))
+            before = conn.execute(text(f"SELECT '{_LISTING}'::regclass::oid")).scalar_one()
+        upgrade(database)
+        with database.read() as conn:
+            after = conn.execute(text(f"SELECT '{_LISTING}'::regclass::oid")).scalar_one()
+    finally:
+        database.close()
+    assert after == before  # the same index: not built again
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+@pytest.mark.parametrize("pooler", ["none", "transaction"])
+def test_an_index_built_but_not_recorded_is_kept(empty_url: str, pooler: Pooler) -> None:
+    """An upgrade stopped after 0010's concurrent build, before recording it: run again,
+    directly or as one transaction, it keeps the index."""
+    database = Database(empty_url, pool_size=1, pooler=pooler)
+    try:
+        upgrade(database, "0009")
+        with database.write() as conn:
+            conn.execute(
+                text(
+                    "CREATE INDEX ix_think_turns_aborted ON think_turns (completed_at) "
+                    "WHERE status = 'aborted'"
+                )
+            )
+        upgrade(database)
+        assert current_revision(database) == HEAD
+    finally:
+        database.close()
 
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
@@ -437,11 +477,14 @@ def test_an_upgrade_waits_for_the_lock_and_names_who_holds_it(
             pid = holder.execute(text("SELECT pg_backend_pid()")).scalar_one()
             holder.commit()
             upgrader.start()
-            wait_until(lambda: f"(server process {pid})" in caplog.text, 30)
-            assert current_revision(database) is None  # nothing applied while it waits
-            holder.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": migrate.UPGRADE_LOCK})
-            holder.commit()
-            upgrader.join(60)
+            try:
+                wait_until(lambda: f"(server process {pid})" in caplog.text, 30)
+                assert current_revision(database) is None  # nothing applied while it waits
+            finally:
+                unlock = text("SELECT pg_advisory_unlock(:key)")
+                holder.execute(unlock, {"key": migrate.UPGRADE_LOCK})
+                holder.commit()
+                upgrader.join(60)
         assert current_revision(database) == HEAD
     finally:
         database.close()

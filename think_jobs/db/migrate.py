@@ -146,15 +146,24 @@ def build_index(name: str, table: str, columns: list[str], *, where: str | None 
     (PostgreSQL, ``upgrade``): ``CREATE INDEX CONCURRENTLY`` outside any transaction, so that
     writes to ``table`` go on while it is built, after dropping what an interrupted build of
     it left (an index PostgreSQL marks invalid); an index built before the upgrade could
-    record it is kept. Otherwise a plain ``CREATE INDEX`` in the migration's transaction."""
+    record it is kept. Otherwise a plain ``CREATE INDEX`` in the migration's transaction,
+    which copes with the same leftovers (a process behind a pooler may follow one that was
+    not)."""
     from alembic import op
 
     predicate = None if where is None else text(where)
     context = op.get_context()
-    if not context.opts.get("transaction_per_migration"):
-        if _invalid_index(op.get_bind(), name):
+    if not context.opts.get("transaction_per_migration"):  # what a concurrent upgrade left
+        if _invalid_index(op.get_bind(), name):  # stopped mid-build
             op.drop_index(name, table_name=table)
-        op.create_index(name, table, columns, postgresql_where=predicate, sqlite_where=predicate)
+        op.create_index(  # built, not yet recorded: kept
+            name,
+            table,
+            columns,
+            postgresql_where=predicate,
+            sqlite_where=predicate,
+            if_not_exists=True,
+        )
         return
     log.info(
         "building index %s CONCURRENTLY: it waits for every older transaction of the database",
@@ -182,11 +191,12 @@ def rebuild_index(name: str, table: str, columns: list[str]) -> None:
     only if the interrupted one had not been built in full."""
     from alembic import op
 
+    rebuilt = f"{name}_rebuilt"
     if not op.get_context().opts.get("transaction_per_migration"):
-        op.drop_index(name, table_name=table)
+        op.drop_index(rebuilt, table_name=table, if_exists=True)  # a concurrent upgrade's
+        op.drop_index(name, table_name=table, if_exists=True)
         op.create_index(name, table, columns)
         return
-    rebuilt = f"{name}_rebuilt"
     indexes = {i["name"]: i["column_names"] for i in inspect(op.get_bind()).get_indexes(table)}
     if rebuilt not in indexes and indexes.get(name) == columns:
         return  # renamed already, by an upgrade stopped before it could record it
