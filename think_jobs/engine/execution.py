@@ -35,7 +35,7 @@ from typing import Any
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
-from think_jobs.db.engine import Connection
+from think_jobs.db.engine import ConcurrentWrite, Connection
 from think_jobs.domain.records import (
     AgentRef,
     Claim,
@@ -158,12 +158,13 @@ def claim(
 
 
 def _settle(services: Services, agent: AgentRef, taken: queueing.Unsettled) -> bool:
-    """``settle.cancelled_turn``. A failure other than the database's is logged and the turn
-    keeps the partial stored before: a stream that cannot be settled must not stop the
-    agent's queue for good (every claim would meet it again)."""
+    """``settle.cancelled_turn``. A failure that another try may not meet (the package's
+    errors, a concurrent write) is raised; any other is logged and the turn keeps the partial
+    stored before: a stream that cannot be settled must not stop the agent's queue for good
+    (every claim would meet it again)."""
     try:
         return settle.cancelled_turn(services, agent, taken)
-    except StorageUnavailableError:
+    except (ThinkJobsError, ConcurrentWrite):
         raise
     except Exception:
         log.exception(
