@@ -270,19 +270,11 @@ def test_an_index_migration_lets_writes_to_its_table_go_on(empty_url: str) -> No
     valid."""
     database = Database(empty_url, pool_size=2)
     engine = sqlalchemy.create_engine(empty_url)
-    failed: list[BaseException] = []
-
-    def upgrading() -> None:
-        try:
-            upgrade(database)
-        except BaseException as error:  # judged below
-            failed.append(error)
-
+    upgrader = _Upgrader(database)
     try:
         upgrade(database, "0009")
         with engine.begin() as conn:
             conn.execute(text(_AGENT_SQL), {"admitted": 3})
-        upgrader = threading.Thread(target=upgrading)
         with engine.connect() as writing:
             writing.execute(text(_turn_sql(seq=1, request_id="r1", status="pending", minute=1)))
             upgrader.start()  # its build waits for ``writing``'s transaction to end
@@ -293,8 +285,7 @@ def test_an_index_migration_lets_writes_to_its_table_go_on(empty_url: str) -> No
                 other.commit()
             writing.commit()
         upgrader.join(60)
-        assert not failed, failed
-        assert current_revision(database) == HEAD
+        assert (upgrader.failed, current_revision(database)) == (None, HEAD)
         assert _index_state(engine, "ix_think_turns_aborted") == [True]
     finally:
         database.close()
@@ -435,23 +426,15 @@ def test_upgrades_run_at_once_apply_each_migration_once(
     applies every migration in one. Each says what it found and left, read under the lock
     (``think-jobs db upgrade`` prints it)."""
     databases = [Database(empty_url, pool_size=1, pooler=pooler) for pooler in poolers]
-    failed: list[BaseException] = []
-    done: list[migrate.Upgraded] = []
-
-    def upgrading(database: Database) -> None:
-        try:
-            done.append(upgrade(database))
-        except BaseException as error:  # judged below
-            failed.append(error)
-
-    threads = [threading.Thread(target=upgrading, args=(d,)) for d in databases]
+    upgraders = [_Upgrader(database) for database in databases]
     try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(120)
-        assert not failed, failed
+        for upgrader in upgraders:
+            upgrader.start()
+        for upgrader in upgraders:
+            upgrader.join(120)
+        assert [u.failed for u in upgraders] == [None] * 3
         assert {current_revision(d) for d in databases} == {HEAD}
+        done = [u.done for u in upgraders if u.done is not None]
         assert sorted(done, key=lambda u: u.before or "") == [  # what each says it did
             migrate.Upgraded(None, HEAD),
             migrate.Upgraded(HEAD, HEAD),
@@ -469,7 +452,7 @@ def test_an_upgrade_waits_for_the_lock_and_names_who_holds_it(
     monkeypatch.setattr(migrate, "_WAIT_LOG_S", 0.0)
     database = Database(empty_url, pool_size=1)
     engine = sqlalchemy.create_engine(empty_url)
-    upgrader = threading.Thread(target=upgrade, args=(database,))
+    upgrader = _Upgrader(database)
     try:
         with engine.connect() as holder, caplog.at_level(logging.WARNING, migrate.__name__):
             holder.execute(text("SELECT pg_advisory_lock(:key)"), {"key": migrate.UPGRADE_LOCK})
@@ -485,10 +468,26 @@ def test_an_upgrade_waits_for_the_lock_and_names_who_holds_it(
                 holder.execute(unlock, {"key": migrate.UPGRADE_LOCK})
                 holder.commit()
                 upgrader.join(60)
-        assert current_revision(database) == HEAD
+        assert (upgrader.failed, current_revision(database)) == (None, HEAD)
     finally:
         database.close()
         engine.dispose()
+
+
+class _Upgrader(threading.Thread):
+    """An upgrade on a thread of its own: what it did, or what it raised."""
+
+    def __init__(self, database: Database) -> None:
+        super().__init__(daemon=True)
+        self.database = database
+        self.done: migrate.Upgraded | None = None
+        self.failed: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.done = upgrade(self.database)
+        except BaseException as error:  # judged by the test
+            self.failed = error
 
 
 def _index_state(engine: sqlalchemy.Engine, name: str) -> list[bool]:

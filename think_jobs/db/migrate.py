@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -153,31 +154,22 @@ def build_index(name: str, table: str, columns: list[str], *, where: str | None 
 
     predicate = None if where is None else text(where)
     context = op.get_context()
-    if not context.opts.get("transaction_per_migration"):  # what a concurrent upgrade left
-        if _invalid_index(op.get_bind(), name):  # stopped mid-build
-            op.drop_index(name, table_name=table)
-        op.create_index(  # built, not yet recorded: kept
+    concurrently = bool(context.opts.get("transaction_per_migration"))
+    if concurrently:
+        log.info(
+            "building index %s CONCURRENTLY: it waits for every older transaction of the database",
+            name,
+        )
+    with context.autocommit_block() if concurrently else nullcontext():
+        if _invalid_index(op.get_bind(), name):  # left by a build stopped midway
+            op.drop_index(name, table_name=table, postgresql_concurrently=concurrently)
+        op.create_index(  # one built but not yet recorded is kept
             name,
             table,
             columns,
             postgresql_where=predicate,
             sqlite_where=predicate,
-            if_not_exists=True,
-        )
-        return
-    log.info(
-        "building index %s CONCURRENTLY: it waits for every older transaction of the database",
-        name,
-    )
-    with context.autocommit_block():
-        if _invalid_index(op.get_bind(), name):
-            op.drop_index(name, table_name=table, postgresql_concurrently=True)
-        op.create_index(
-            name,
-            table,
-            columns,
-            postgresql_where=predicate,
-            postgresql_concurrently=True,
+            postgresql_concurrently=concurrently,
             if_not_exists=True,
         )
 
