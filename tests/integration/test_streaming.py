@@ -9,9 +9,12 @@ from collections.abc import Callable
 import pytest
 
 from tests.apps.agents import Recorder
-from tests.support.builders import buffer_key, directive, wait_for_status, wait_until
+from tests.support.builders import buffer_key, directive, user, wait_for_status, wait_until
+from tests.support.hung_tools import HUNG, TOOL_RUNS, UNHANG, Hanger
 from tests.support.processes import free_port
 from think_jobs import BrokerUnavailableError, StreamEvent, ThinkJobs, UnknownRequestError
+from think_jobs.messages import message_text
+from think_jobs.replay import assemble
 from think_jobs.testing import worker
 
 WORDS = " ".join(f"w{i}" for i in range(40))
@@ -59,6 +62,34 @@ def test_stream_chunks_use_ai_sdk_wire_keys(jobs: ThinkJobs) -> None:
     assert start["messageId"] == stored.id  # the streamed message is the stored message
     raw = jobs.redis.lrange(buffer_key(agent, result.submission_id), 0, 0)
     assert json.loads(raw[0])["chunk"] == {"type": "start", "messageId": stored.id}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+def test_a_turn_cancelled_inside_a_slow_tool_stores_the_reply_its_reader_saw(
+    jobs: ThinkJobs, gates: None
+) -> None:
+    """The user stops a turn while its tool runs: a reader sees the turn ended in the
+    database and no chunk coming, and ends the stream from there. The tool's output that
+    comes back after that end is in no stream, so it is not stored either: the stored reply
+    is the one the reader's client holds (before 2026-12-07 it held the output too)."""
+    jobs.register(Hanger)
+    agent = jobs.get_agent(Hanger, "stopped-in-a-tool")
+    first = agent.submit_messages([user("hang")])
+    with worker(jobs):
+        assert HUNG.wait(30)
+        agent.cancel_submission(first.submission_id)
+        events = list(agent.stream(first.submission_id, timeout_s=20))
+        UNHANG.set()  # the tool returns into an attempt whose stream has ended
+        second = agent.submit_messages([user("next")])  # runs once the first one's write is in
+        wait_for_status(agent, second.submission_id, "completed")
+    assert events[-1].done and events[-1].status == "aborted"
+    assert TOOL_RUNS == ["hang"]
+    messages = agent.get_messages()
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
+    chunks = [event.chunk for event in events if event.chunk is not None]
+    assert assemble(chunks, messages[1].id).parts == messages[1].parts
+    assert [getattr(p, "state", None) for p in messages[1].parts] == [None, "input-available"]
+    assert message_text(messages[3]) == "ok"
 
 
 def test_subscribe_follows_every_request_of_an_agent_live(jobs: ThinkJobs) -> None:

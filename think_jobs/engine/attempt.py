@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from think_jobs.assembly import MessageAssembler
@@ -197,6 +197,8 @@ class Attempt:
             return Finished(self._failed(assembler, error))
         self.watch.set_timeouts(stall_s=stall_s, turn_s=turn_s)
         outcome = self._run_model(context, assembler)
+        if self.writer.sealed:
+            outcome = self._as_streamed(outcome)
         reason = self.watch.reason
         if reason is not None and reason.interrupts:
             return Interrupted(reason, outcome if reason.kind.hands_to_recovery else None)
@@ -205,6 +207,24 @@ class Attempt:
         if not self.writer.confirm_base():  # a recovery that could not read its stream
             return Interrupted(STREAM_AHEAD, outcome)
         return Finished(outcome)
+
+    def _as_streamed(self, outcome: RunOutcome) -> RunOutcome:
+        """A reader ended the stream from the database (the turn was ended there: a cancel)
+        while this attempt ran on — inside a slow tool, say. The reader's client holds the
+        stream's end, so the attempt stores what the stream shows, not what it built after
+        that end (a tool's output that came back later): the stored reply is the one the
+        client saw. With nothing of the stream to go by, the stored partial stays."""
+        shown = self.writer.shown()
+        if shown is None:
+            return replace(outcome, has_content=False)
+        base = approvals.answered_base(self.services, self.turn)
+        recovered = continuation.recover(self.turn, shown, None, seed=base)
+        if recovered.message.parts != outcome.message.parts:
+            log.info(
+                "request %s: its stream was ended from the database; the reply is stored as "
+                "the stream shows it", self.turn.request_id, extra=self.log_fields(),
+            )  # fmt: skip
+        return replace(outcome, message=recovered.message, has_content=recovered.has_content)
 
     def _resume(self, history: list[UIMessage]) -> Ending:
         """Continue after an attempt that died or stalled (messages were applied)."""

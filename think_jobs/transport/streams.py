@@ -283,6 +283,18 @@ class StreamWriter:
             known = None if self._known is None else list(self._known)
         return None if known is None else [decode_event(raw) for raw in known]
 
+    def shown(self) -> list[StreamEvent] | None:
+        """What the stream holds, read from Redis (once ``sealed``, all it will ever hold);
+        when Redis cannot be read, the events this writer knows are there (None: it never
+        read the buffer, so it sent nothing of its own)."""
+        try:
+            raw = self.client.lrange(self._names.buffer, 0, -1)
+        except redis.RedisError as error:
+            log.warning("stream of %s unread (%s): its known events stand for it",
+                        self.ref.request_id, error)  # fmt: skip
+            return self.prefix
+        return [decode_event(item) for item in raw]
+
     def take_over(self) -> bool:
         """Become the stream's owner and learn what it holds; False if Redis is unreachable
         (the writer tries again before its first send) or the stream is not ours."""
