@@ -360,7 +360,10 @@ class Think:
         reply. ``live=False`` gives what the stream holds now and stops.
 
         Raises UnknownRequestError when the agent has no turn with this request id,
-        TimeoutError after ``timeout_s``, BrokerUnavailableError if Redis fails.
+        TimeoutError after ``timeout_s``, BrokerUnavailableError if Redis fails, and
+        StreamResetError when ``after_seq`` is past the end of the stream (at once if the
+        stream has ended, else once this reader completed it from the database): a position
+        from before the buffer was lost and rebuilt. Resumed exactly at the end: no events.
         """
         services = self._services
         turn = submissions.find_turn(services, self, request_id)

@@ -10,6 +10,7 @@
     │   ├── MessageValidationError    a message, part or chunk that is not AI SDK shaped
     │   └── ScheduleError             a schedule phrase, zone or task definition that is wrong
     ├── UnknownRequestError         (also LookupError) a request id that names no turn of the agent
+    ├── StreamResetError            a stream resumed after a seq its (rebuilt) stream never reached
     ├── SubmissionConflictError     submission id and idempotency key name different submissions
     ├── StoredMessageError          a stored message no longer reads back (repair or remove it)
     ├── NestedTurnError             (also RuntimeError) a blocking turn asked for from inside a turn
@@ -58,6 +59,31 @@ class UnknownCursorError(InvalidInputError, LookupError):
 
 class UnknownRequestError(ThinkJobsError, LookupError):
     """A request id that names no turn of the agent (``agent.stream``; HTTP 404)."""
+
+
+class StreamResetError(ThinkJobsError):
+    """A stream was resumed after a seq past its end: the stream ended (``done``) at a lower
+    seq, so the position is from another numbering (the buffer was lost and rebuilt from the
+    stored reply, numbered again from 0) or bogus. Read the stream from its start
+    (``after_seq=None``) or the reply from ``get_messages()``; HTTP 409 ``stream_reset``.
+
+    ``args`` are ``(request_id, after_seq, ended_at)`` so the error survives pickling.
+    """
+
+    def __init__(self, request_id: str, after_seq: int, ended_at: int) -> None:
+        super().__init__(request_id, after_seq, ended_at)
+        self.request_id = request_id
+        self.after_seq = after_seq
+        self.ended_at = ended_at
+
+    def __str__(self) -> str:
+        return (
+            f"stream of request {self.request_id!r} was resumed after seq {self.after_seq}, "
+            f"but it ended at seq {self.ended_at}: the position is from an older numbering "
+            "of the stream (its buffer was lost and rebuilt from the stored reply) or bogus; "
+            "read the stream again from its start (after_seq=None, no Last-Event-ID) or the "
+            "reply from get_messages()"
+        )
 
 
 class UnknownApprovalError(ThinkJobsError, LookupError):
@@ -139,6 +165,7 @@ __all__ = [
     "ScheduleError",
     "StorageUnavailableError",
     "StoredMessageError",
+    "StreamResetError",
     "SubmissionConflictError",
     "ThinkJobsError",
     "TurnFailedError",

@@ -84,7 +84,8 @@ def send(agent_type: str) -> Response:
     summary="Resume a chat: its active turn's stream from the start (204 when none)",
     tag="chat",
     headers={"Last-Event-ID": "Resume after this seq of the active turn."},
-    responses={200: SSE, 204: None},
+    responses={200: SSE, 204: None, 409: ErrorBody},
+    description="409 stream_reset: Last-Event-ID is past the end of the turn's ended stream.",
 )
 @auth.requires(auth.READ)
 def resume(agent_type: str, agent_name: str) -> Response:

@@ -14,7 +14,7 @@ from web import auth, params, sse
 from web.current import current_extension
 from web.errors import ApiError
 from web.openapi import SSE, api_blueprint, operation
-from web.schemas import CancelBody, RequestCancelled, StreamQuery
+from web.schemas import CancelBody, ErrorBody, RequestCancelled, StreamQuery
 
 bp = api_blueprint("think_jobs_api_streams", __name__)
 
@@ -27,7 +27,12 @@ BASE = "/agents/<agent_type>/<agent_name>/requests/<request_id>"
     tag="streams",
     query=StreamQuery,
     headers={"Last-Event-ID": "Resume after this seq (sent by EventSource on reconnect)."},
-    responses={200: SSE},
+    responses={200: SSE, 409: ErrorBody},
+    description=(
+        "409 stream_reset: the seq to resume after is past the end of the turn's stream, "
+        "which has ended (its buffer was lost and rebuilt from the stored reply, numbered "
+        "from 0 again); read the stream from its start or the reply from /messages."
+    ),
 )
 @auth.requires(auth.READ)
 def stream(agent_type: str, agent_name: str, request_id: str) -> Response:
@@ -66,7 +71,8 @@ def stored_status(agent: Think, request_id: str) -> str | None:
 
 def stream_source(agent: Think, request_id: str, after_seq: int | None) -> sse.StreamSource:
     """Bind the agent's stream of ``request_id``. Its first window is opened now, so an unknown
-    request is a 404 and an unreachable Redis a 503 before the response starts."""
+    request is a 404, a resume past the end of a stream that has ended a 409 ``stream_reset``
+    (``StreamResetError``) and an unreachable Redis a 503 before the response starts."""
     heartbeat_s = current_extension().stream_limits().heartbeat_s
     try:
         first = agent.stream(request_id, after_seq, heartbeat_s)

@@ -9,6 +9,7 @@ StoredMessageError              409   unreadable_message (details: message_id, p
 InvalidInputError (and kids)    400   invalid_input, ...
 AgentNotRegisteredError         404   agent_not_registered
 SubmissionConflictError         409   submission_conflict
+StreamResetError                409   stream_reset (resumed past the stream's end)
 StorageUnavailableError         503   storage_unavailable
 BrokerUnavailableError          503   broker_unavailable
 NotImplementedError             501   not_implemented
@@ -33,6 +34,7 @@ from think_jobs.errors import (
     MessageValidationError,
     StorageUnavailableError,
     StoredMessageError,
+    StreamResetError,
     SubmissionConflictError,
     ThinkJobsError,
     UnknownApprovalError,
@@ -61,6 +63,7 @@ _CORE: tuple[tuple[type[Exception], int, str], ...] = (
     (MessageValidationError, 400, "message_validation"),
     (InvalidInputError, 400, "invalid_input"),
     (SubmissionConflictError, 409, "submission_conflict"),
+    (StreamResetError, 409, "stream_reset"),
     (StorageUnavailableError, 503, "storage_unavailable"),
     (BrokerUnavailableError, 503, "broker_unavailable"),
 )

@@ -10,6 +10,11 @@ is detected (the write fails and the server closes this generator, which closes 
 subscription). After ``max_duration_s`` the response ends without ``[DONE]``; an EventSource
 reconnects with ``Last-Event-ID`` and resumes where it stopped. A turn that is over but whose
 stream never got its end is completed from the database by the core follower (``stream``).
+
+A resume past the end of a stream that has ended (``StreamResetError``: a ``Last-Event-ID``
+from before the buffer was lost and rebuilt from seq 0, or a bogus one) is a 409 before the
+response starts (the view opens the first window); found in a later window, or once the
+follower rebuilt the stream, it ends the response with an ``error`` chunk and ``[DONE]``.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 
 from flask import Response
 
-from think_jobs.errors import BrokerUnavailableError, StorageUnavailableError
+from think_jobs.errors import BrokerUnavailableError, StorageUnavailableError, StreamResetError
 from think_jobs.results import StreamEvent
 from web.current import StreamLimits
 from web.errors import ApiError
@@ -64,6 +69,12 @@ def format_event(event: StreamEvent) -> str:
     return _data(event.chunk or {}, event.seq)
 
 
+def reset_event(error: StreamResetError) -> str:
+    """The end of a response resumed past its stream's end: an AI SDK ``error`` chunk (no id,
+    it is no event of the stream) that says to read it again, then ``[DONE]``."""
+    return _data({"type": "error", "errorText": str(error)}) + DONE
+
+
 def parse_event_id(value: str | None) -> int | None:
     """``Last-Event-ID`` as a seq (None: no header). Our event ids are seqs, so anything but
     1 to 18 ASCII digits is a 400: ``str.isdigit`` takes "²", which ``int`` refuses, and
@@ -90,10 +101,21 @@ class _Reader:
 
     def window(self) -> Generator[str, None, bool]:
         """Follow for one heartbeat window; True when the response is over (``done`` sent,
-        the stream had ended before ``last_seq``, or the maximum duration reached)."""
+        the stream had ended at ``last_seq`` or before it, or the maximum duration reached).
+        A stream that ended before ``last_seq`` (a position from before its buffer was lost
+        and rebuilt) ends the response with an ``error`` chunk, never a bare ``[DONE]``."""
         timeout_s = min(self.limits.heartbeat_s, self.deadline - time.monotonic())
         if timeout_s <= 0:
             return True
+        try:
+            return (yield from self._follow(timeout_s))
+        except StreamResetError as error:
+            log.info("SSE stream reset: %s", error)
+            yield reset_event(error)
+            return True
+
+    def _follow(self, timeout_s: float) -> Generator[str, None, bool]:
+        """The events of one window; True when the response is over."""
         events = self.source.follow(self.last_seq, timeout_s)
         try:
             for event in events:
@@ -107,7 +129,7 @@ class _Reader:
             close = getattr(events, "close", None)
             if close is not None:
                 close()
-        yield DONE  # resumed after the end: nothing more will come
+        yield DONE  # resumed at the end: nothing more will come
         return True
 
 

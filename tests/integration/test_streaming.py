@@ -12,7 +12,14 @@ from tests.apps.agents import Recorder
 from tests.support.builders import buffer_key, directive, user, wait_for_status, wait_until
 from tests.support.hung_tools import HUNG, TOOL_RUNS, UNHANG, Hanger
 from tests.support.processes import free_port
-from think_jobs import BrokerUnavailableError, StreamEvent, ThinkJobs, UnknownRequestError
+from think_jobs import (
+    BrokerUnavailableError,
+    StreamEvent,
+    StreamResetError,
+    ThinkJobs,
+    UnknownRequestError,
+)
+from think_jobs.engine.submissions import find_turn
 from think_jobs.messages import message_text
 from think_jobs.replay import assemble
 from think_jobs.testing import worker
@@ -49,6 +56,58 @@ def test_subscribing_after_the_end_replays_it_all(jobs: ThinkJobs) -> None:
     assert_complete_stream(events)
     resumed = list(agent.stream(result.submission_id, after_seq=20, timeout_s=5))
     assert [e.seq for e in resumed] == list(range(21, len(events)))
+
+
+def lose_the_stream(jobs: ThinkJobs, agent: Recorder, request_id: str) -> None:
+    """What Redis restarted empty (or the buffer's TTL) leaves of a turn's stream: nothing."""
+    turn = find_turn(jobs.services, agent, request_id)
+    assert turn is not None
+    buffer = jobs.keys.stream_buffer(agent.address, turn.id)
+    assert jobs.redis.delete(buffer, jobs.keys.stream_state(agent.address, turn.id)) == 2
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+def test_a_stream_resumed_past_its_rebuilt_end_raises_stream_reset(jobs: ThinkJobs) -> None:
+    """The buffer of a finished turn is lost; the stream a reader rebuilds from the stored
+    reply is numbered from 0 again and is shorter. A reader resuming with a position from the
+    old numbering past that end is told so (before 2026-12-07: TimeoutError, then [] forever,
+    never a done)."""
+    agent = jobs.get_agent(Recorder, "a")
+    result = agent.submit_messages([directive(label="s", text=WORDS)])
+    with worker(jobs):
+        wait_for_status(agent, result.submission_id, "completed")
+    assert len(list(agent.stream(result.submission_id, timeout_s=5))) > 21
+    lose_the_stream(jobs, agent, result.submission_id)
+    resumed = agent.stream(result.submission_id, after_seq=20, timeout_s=10)  # nothing yet
+    with pytest.raises(StreamResetError) as raised:
+        list(resumed)  # this reader rebuilds the stream: its done is before seq 20
+    end = raised.value.ended_at
+    assert (raised.value.request_id, raised.value.after_seq) == (result.submission_id, 20)
+    assert str(raised.value) == (
+        f"stream of request {result.submission_id!r} was resumed after seq 20, but it ended "
+        f"at seq {end}: the position is from an older numbering of the stream (its buffer "
+        "was lost and rebuilt from the stored reply) or bogus; read the stream again from "
+        "its start (after_seq=None, no Last-Event-ID) or the reply from get_messages()"
+    )
+    with pytest.raises(StreamResetError, match="resumed after seq 20, but it ended at seq"):
+        agent.stream(result.submission_id, after_seq=20, timeout_s=10)  # at call time now
+    assert list(agent.stream(result.submission_id, after_seq=end, timeout_s=5)) == []
+    rebuilt = list(agent.stream(result.submission_id, timeout_s=5))
+    assert [e.seq for e in rebuilt] == list(range(end + 1)) and rebuilt[-1].done
+    deltas = [e.chunk["delta"] for e in rebuilt if e.chunk and e.chunk["type"] == "text-delta"]
+    assert "".join(deltas) == WORDS == message_text(agent.get_messages()[-1])
+
+
+def test_a_bogus_position_on_a_finished_stream_raises_at_call_time(jobs: ThinkJobs) -> None:
+    agent = jobs.get_agent(Recorder, "a")
+    result = agent.submit_messages([directive(label="s", text="short")])
+    with worker(jobs):
+        wait_for_status(agent, result.submission_id, "completed")
+    end = list(agent.stream(result.submission_id, timeout_s=5))[-1].seq
+    for live in (True, False):
+        with pytest.raises(StreamResetError, match=f"after seq 10000, but it ended at seq {end}"):
+            agent.stream(result.submission_id, after_seq=10_000, timeout_s=5, live=live)
+        assert list(agent.stream(result.submission_id, after_seq=end, live=live)) == []
 
 
 def test_stream_chunks_use_ai_sdk_wire_keys(jobs: ThinkJobs) -> None:

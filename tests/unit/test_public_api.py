@@ -31,6 +31,7 @@ EXPORTED = [
     "StorageUnavailableError",
     "StreamCallback",
     "StreamEvent",
+    "StreamResetError",
     "SubmissionConflictError",
     "SubmissionInspection",
     "SubmissionStatus",

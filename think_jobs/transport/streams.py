@@ -33,7 +33,9 @@ attempt's own thread, at once.
 
 **The database is the truth.** When a finished turn's buffer is gone or never got its tail,
 a reader rebuilds it from the stored reply (``seal_from_store``, with ``replay``), so a reader
-never waits forever and the text it rebuilds is the stored reply.
+never waits forever and the text it rebuilds is the stored reply. The rebuild is numbered from
+seq 0 again, so a reader resumed past its end (a position from the lost numbering) is told so
+with ``StreamResetError`` rather than waiting or ending without its ``done``.
 
 Readers subscribe first, then replay the buffer, then follow live, dropping seqs already seen:
 "snapshot then subscribe" would lose events published in between.
@@ -57,7 +59,7 @@ from redis.commands.core import Script
 
 from think_jobs import replay
 from think_jobs.domain.status import Status
-from think_jobs.errors import BrokerUnavailableError
+from think_jobs.errors import BrokerUnavailableError, StreamResetError
 from think_jobs.keys import Keys
 from think_jobs.messages import UIMessage
 from think_jobs.observe import metrics
@@ -720,7 +722,7 @@ class _Follower:
         self.ref = ref
         self.last_seq = after_seq
         self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        self.finished = False
+        self.finished = False  # the done was delivered, or the stream ended at last_seq
         self.ended_at_seq: int | None = None  # last seq seen when the database said "ended"
 
     def accept(self, event: StreamEvent) -> bool:
@@ -771,9 +773,16 @@ def follow(
     reconnecting is not lost) and ``stored`` is asked whether the turn ended: a finished turn
     whose stream has no events, or did not grow for a whole poll, is completed from the
     database. ``live=False`` yields what the stream holds now and returns.
+
+    A reader resumed (``after_seq`` >= 0) exactly at the ``done`` event's seq gets nothing.
+    One resumed past the end of a stream that has ended raises ``StreamResetError``: here, or
+    while reading once it completed the stream from the database itself. Its position is from
+    another numbering (the buffer was lost and rebuilt from seq 0) or bogus.
     """
     reading = _Reading(client, keys, ref, stored, ttl_s)
     state = _Follower(ref, -1 if after_seq is None else after_seq, timeout_s)
+    if _at_the_end(reading, state.last_seq):
+        return iter(())  # resumed at the end: nothing more will come
     if not live:
         return iter(list(_catch_up(reading, state)))
     pubsub = open_pubsub(client)
@@ -782,15 +791,13 @@ def follow(
     except BaseException:
         pubsub.close()
         raise
-    return _follow(reading, state, pubsub, poll_s, resumed=after_seq is not None)
+    return _follow(reading, state, pubsub, poll_s)
 
 
 def _follow(
-    reading: _Reading, state: _Follower, pubsub: PubSub, poll_s: float, *, resumed: bool
+    reading: _Reading, state: _Follower, pubsub: PubSub, poll_s: float
 ) -> Iterator[StreamEvent]:
     try:
-        if resumed and _ended_at_or_before(reading, state.last_seq):
-            return  # resumed after the end: nothing more will come
         yield from _catch_up(reading, state)
         while not state.finished:
             message = pubsub.get_message(timeout=state.remaining_s(poll_s))
@@ -802,13 +809,22 @@ def _follow(
         pubsub.close()
 
 
-def _ended_at_or_before(reading: _Reading, seq: int) -> bool:
+def _at_the_end(reading: _Reading, seq: int) -> bool:
+    """Whether a reader resumed after ``seq`` (>= 0) has nothing more to read: the stream
+    ended (its last event is ``done``) at ``seq``. Raises ``StreamResetError`` when it ended
+    before ``seq``, a position the stream never reached."""
+    if seq < 0:
+        return False
     ref = reading.ref
     last = reading.client.lindex(reading.keys.stream_buffer(ref.agent, ref.turn_id), -1)
     if last is None:
         return False
     event = decode_event(last)
-    return event.done and event.seq <= seq
+    if not event.done or event.seq > seq:
+        return False
+    if event.seq < seq:
+        raise StreamResetError(ref.request_id, seq, event.seq)
+    return True
 
 
 def _catch_up(
@@ -822,6 +838,8 @@ def _catch_up(
                 return
     if rebuild and not state.finished and _rebuilt(reading, state, idle=idle, grew=bool(events)):
         yield from _catch_up(reading, state, rebuild=False)
+        if not state.finished and _at_the_end(reading, state.last_seq):
+            state.finished = True  # the stream ended exactly where this reader resumed
 
 
 def _rebuilt(reading: _Reading, state: _Follower, *, idle: bool, grew: bool) -> bool:
