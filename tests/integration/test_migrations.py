@@ -1,8 +1,9 @@
 """The migrations, on SQLite and PostgreSQL: an empty database brought to head has exactly the
 schema ``db.tables`` mirrors; 0006 (tool approvals) from revision 0005's database, 0007 (the
 status listing index) from 0006's, 0008 (kept schedule occurrences) from 0007's, 0009 (who
-fires a kept occurrence) from 0008's and 0010 (the aborted turns' partial index) from 0009's,
-each with rows stored before that read back after. On PostgreSQL an index is built
+fires a kept occurrence) from 0008's, 0010 (the aborted turns' partial index) from 0009's and
+0011 (turn ids never reused on SQLite) from 0010's, each with rows stored before that read back
+after. On PostgreSQL an index is built
 ``CONCURRENTLY`` (writes go on meanwhile; what an interrupted build left is built again) and
 upgrades run at once apply each migration once."""
 
@@ -32,7 +33,7 @@ from think_jobs.db.migrate import current_revision, upgrade
 from think_jobs.db.tables import VERSION_TABLE, Base
 from think_jobs.testing import wait_until
 
-HEAD = "0010"
+HEAD = "0011"
 
 
 @pytest.fixture
@@ -199,6 +200,32 @@ def test_from_revision_0008_with_an_occurrence_kept(empty_url: str) -> None:
     assert taken == [True, False]
     assert (kept.due_at, kept.attempt) == (due, 2)
     assert kept.resend_at > due  # held: moved on by the database's clock
+
+
+def test_from_revision_0010_a_deleted_turns_id_is_never_given_again(empty_url: str) -> None:
+    """0011: on SQLite a turn admitted after the newest one was deleted got the deleted turn's
+    id, which names its keys in Redis (PostgreSQL's sequences never reuse one). The turns
+    stored before read back."""
+    database = Database(empty_url, pool_size=1)
+    try:
+        upgrade(database, "0010")
+        with database.write() as conn:
+            conn.execute(text(_AGENT_SQL), {"admitted": 3})
+            conn.execute(text(_turn_sql(seq=1, request_id="kept", status="completed", minute=1)))
+            conn.execute(text(_turn_sql(seq=2, request_id="gone", status="completed", minute=2)))
+        upgrade(database)
+        assert current_revision(database) == HEAD
+        with database.write() as conn:
+            deleted = turn_ops.delete_terminal_submission(conn, 1, "gone")
+        with database.write() as conn:
+            conn.execute(text(_turn_sql(seq=3, request_id="new", status="pending", minute=3)))
+        with database.read() as conn:
+            kept = turn_ops.get_turn(conn, 1, "kept")
+            new = turn_ops.get_turn(conn, 1, "new")
+    finally:
+        database.close()
+    assert kept is not None and (kept.seq, kept.status) == (1, "completed")
+    assert deleted is not None and new is not None and new.id > deleted
 
 
 def test_from_revision_0009_a_cancel_stored_before_is_found_by_the_sweeper(empty_url: str) -> None:

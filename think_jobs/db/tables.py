@@ -105,6 +105,8 @@ class TurnRow(Base):
             postgresql_where=text(ABORTED_TURNS),
             sqlite_where=text(ABORTED_TURNS),
         ),
+        # a deleted turn's id is never given to a new turn: it names the turn's keys in Redis
+        {"sqlite_autoincrement": True},
     )
 
     id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
