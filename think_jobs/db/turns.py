@@ -545,7 +545,8 @@ def _newest(status: int | None, paged: bool) -> Select[Any]:
 
 
 def delete_terminal_submission(conn: Connection, agent_id: int, submission_id: str) -> int | None:
-    """Delete the submission iff it is terminal; its row id, or None."""
+    """Delete the submission iff it is terminal and its follow-up (a workflow step's next
+    message) was sent; its row id, or None."""
     statement = (
         delete(turns)
         .where(
@@ -553,6 +554,7 @@ def delete_terminal_submission(conn: Connection, agent_id: int, submission_id: s
             turns.c.request_id == submission_id,
             turns.c.kind == Kind.SUBMISSION,
             turns.c.status.in_(TERMINAL),
+            _NOTHING_TO_SEND,
         )
         .returning(turns.c.id)
     )
@@ -568,14 +570,15 @@ def delete_terminal_submissions(
     completed_before: datetime | None,
     limit: int,
 ) -> dict[int, str]:
-    """Delete up to ``limit`` terminal submissions, oldest completed first; their row ids and
-    request ids."""
+    """Delete up to ``limit`` terminal submissions whose follow-up was sent, oldest completed
+    first; their row ids and request ids."""
     chosen = (
         select(turns.c.id)
         .where(
             turns.c.agent_id == agent_id,
             turns.c.kind == Kind.SUBMISSION,
             turns.c.status.in_([s for s in statuses if s in TERMINAL]),
+            _NOTHING_TO_SEND,
         )
         .order_by(turns.c.completed_at, turns.c.id)
         .limit(limit)
@@ -585,5 +588,15 @@ def delete_terminal_submissions(
     ids = list(conn.execute(chosen).scalars())
     if not ids:
         return {}
-    statement = delete(turns).where(turns.c.id.in_(ids)).returning(turns.c.id, turns.c.request_id)
+    statement = (
+        delete(turns)
+        .where(turns.c.id.in_(ids), _NOTHING_TO_SEND)
+        .returning(turns.c.id, turns.c.request_id)
+    )
     return {row.id: row.request_id for row in conn.execute(statement)}
+
+
+# A turn whose follow-up is still to send keeps its row: the message lives only there, and
+# the sweeper sends it within ``FOLLOWUP_RESEND_AFTER_S`` (deleted first, a workflow's chain
+# waited for good).
+_NOTHING_TO_SEND = turns.c.followup_due_at.is_(None)

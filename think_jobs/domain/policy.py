@@ -18,6 +18,7 @@ from think_jobs.results import WorkerRecord
 CONFLICT_MESSAGE: Final = "submission_id and idempotency_key refer to different submissions"
 CALLER_GONE: Final = "The caller went away before its turn started."
 SKIPPED_BY_RESET: Final = "Submission was skipped by turn reset."
+DELETED: Final = "The submission was deleted."
 INTERRUPTED_AFTER_APPLIED: Final = "Submission was interrupted after messages were applied."
 UNAPPLIABLE: Final = (
     "The submission's stored messages cannot be applied ({reason}): the row was left by an "

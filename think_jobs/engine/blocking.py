@@ -143,14 +143,18 @@ def delete_history(services: Services, agent: AgentHooks) -> None:
     """Delete the conversation while holding the agent's lease, so no turn runs meanwhile.
 
     Called after a reset: the aborted turn, if any, stops within a chunk and releases the
-    lease; its partial reply is stored before the history is deleted, never after.
+    lease; its partial reply is stored before the history is deleted, never after. Called
+    from inside a turn of the agent (a tool), that turn is the one the reset aborted: it
+    stores no reply at all.
     """
     agent_id = services.agents.agent_id_of(agent, create=False)
     if agent_id is None:
         return
-    if execution.in_active_turn(agent.address):  # inside our own turn: fenced by its lease
-        with execution.agent_write(services, agent, "clear_messages") as conn:
+    lease = execution.active_lease(agent.address)
+    if lease is not None:  # inside our own turn (a tool, a hook): fenced by its lease
+        with lease.write("clear_messages") as conn:
             conversation_ops.delete_conversation(conn, agent_id)
+        lease.reply_dropped = True  # its final write, still to come, must not add it back
         return
     wakeups = Wakeups(services.redis, services.keys, agent.address)
     try:

@@ -102,9 +102,9 @@ def reset_turns(services: Services, agent: AgentHooks) -> None:
     if agent_id is None:
         return
     with execution.agent_write(services, agent, "reset_turn_state") as conn:
-        active = turn_ops.active_turns(conn, agent_id)
-        skipped = [t for t in active if t.status is Status.PENDING and _skip(conn, t)]
-        aborted = [t for t in active if t.status is Status.RUNNING and _abort(conn, t)]
+        ended = [_reset(conn, t) for t in turn_ops.active_turns(conn, agent_id)]
+        skipped = [t for t in ended if t is not None and t.status is Status.PENDING]
+        aborted = [t for t in ended if t is not None and t.status is Status.RUNNING]
         approvals.cancel_for_turns(conn, skipped)  # their continuations were just skipped
     for turn in skipped:
         _announce_end(services, agent, turn, Status.SKIPPED, _skip_error(turn))
@@ -117,17 +117,27 @@ def _skip_error(turn: TurnRecord) -> str | None:
     return SKIPPED_BY_RESET if turn.is_submission else None
 
 
-def _skip(conn: Connection, turn: TurnRecord) -> bool:
-    error = _skip_error(turn)
-    pending = (Status.PENDING,)
-    ended = turn_ops.end_turn(
-        conn, turn.id, status=Status.SKIPPED, error=error, from_statuses=pending
-    )
-    return ended is not None
-
-
-def _abort(conn: Connection, turn: TurnRecord) -> bool:
-    return turn_ops.end_turn(conn, turn.id, status=Status.ABORTED, error=None) is not None
+def _reset(conn: Connection, turn: TurnRecord) -> TurnRecord | None:
+    """Skip a pending turn, abort a running one, from the status it was read in (the turn as
+    read then; None: it had ended). A claim that started it (pending to running) or a stall
+    that put it back, committed between the read and the write, makes it read again, as a
+    cancel does: read unlocked on PostgreSQL, a turn a worker started meanwhile was left to
+    run to its end."""
+    for _ in range(_READS):
+        if not turn.active:
+            return None
+        pending = turn.status is Status.PENDING
+        status, error = (Status.SKIPPED, _skip_error(turn)) if pending else (Status.ABORTED, None)
+        ended = turn_ops.end_turn(
+            conn, turn.id, status=status, error=error, from_statuses=(turn.status,)
+        )
+        if ended is not None:
+            return turn
+        found = turn_ops.get_turn_by_id(conn, turn.id)
+        if found is None:
+            return None
+        turn = found
+    return None
 
 
 def _after_abort(

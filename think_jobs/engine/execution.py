@@ -36,6 +36,7 @@ from think_jobs.db import agents as agent_ops
 from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.engine import ConcurrentWrite, Connection
+from think_jobs.domain.policy import DELETED
 from think_jobs.domain.records import (
     AgentRef,
     Claim,
@@ -403,6 +404,8 @@ class _Run:
         statement when nothing else goes with them (PostgreSQL, ``Lease.write_final``), else
         in the fenced transaction."""
         status, error = self.attempt.final_status(outcome)
+        if self.tools.lease.reply_dropped:  # the turn cleared the conversation it was in
+            outcome = replace(outcome, has_content=False)
         alone = not (outcome.asked or self.claim_in_transaction)  # nothing else to write with it
         write = (
             self._final_statement
@@ -550,9 +553,12 @@ class _Run:
 def _stored_ending(
     conn: Connection, turn: TurnRecord, status: str, error: str | None
 ) -> tuple[str, str | None]:
-    """The status and error a turn was given meanwhile (a cancellation), instead of ours."""
+    """The status and error a turn was given meanwhile (a cancellation), instead of ours. A
+    row gone meanwhile was cancelled, then deleted (only a finished turn can be): aborted."""
     stored = turn_ops.get_turn_by_id(conn, turn.id)
-    if stored is not None and stored.status is not Status.RUNNING:
+    if stored is None:
+        return Status.ABORTED, DELETED
+    if stored.status is not Status.RUNNING:
         return stored.status, stored.error
     return status, error
 

@@ -61,6 +61,7 @@ class Lease:
     held: agent_ops.Held | None = None  # the last renewal (in the current write, if any)
     renewed_at: float = 0.0  # monotonic time that renewal was sent
     admitted_at_release: int = 0  # the agent's admission count as the release wrote it
+    reply_dropped: bool = False  # the turn cleared its own conversation: it stores no reply
 
     def locally_valid(self) -> bool:
         """False once this process cannot be sure it will still hold the lease a little while

@@ -88,8 +88,9 @@ def _ended_stream(services: Services, turn: TurnRecord, ref: StreamRef) -> list[
     """The stream's events, ended first (``done`` from the database, unless a reader ended it
     already): nothing lands in it after that, not even a send of the dead attempt still in
     flight, so what is read is all a client will ever see. None when there is nothing to
-    settle: no chunk (the buffer is gone: readers rebuild it from the database), or the
-    attempt ended it itself. Raises ``BrokerUnavailableError`` when Redis cannot be read."""
+    settle: no chunk (the buffer is gone: readers rebuild it from the database), the
+    attempt ended it itself, or a reader ended it and the attempt then stored the partial it
+    shows (``stored_by_attempt``). Raises ``BrokerUnavailableError`` when Redis cannot be read."""
     with broker_errors("reading a cancelled turn's stream"):
         events = streams.buffered_events(services.redis, services.keys, ref)
         if not any(event.chunk is not None for event in events):
@@ -97,6 +98,8 @@ def _ended_stream(services: Services, turn: TurnRecord, ref: StreamRef) -> list[
         last = events[-1]
         if last.done and (last.attempt or 0) < streams.STORE_EPOCH:
             return None  # its attempt stored its partial, then ended the stream
+        if last.done and streams.stored_by_attempt(services.redis, services.keys, ref):
+            return None  # a reader ended it, then its attempt stored the partial it shows
         end = StoredEnd(turn.status, turn.error, None)
         streams.seal_from_store(
             services.redis, services.keys, ref, end, ttl_s=services.settings.stream_ttl_s

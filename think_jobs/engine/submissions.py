@@ -19,6 +19,7 @@ from think_jobs.db import conversation as conversation_ops
 from think_jobs.db import turns as turn_ops
 from think_jobs.db.engine import ConcurrentWrite
 from think_jobs.domain import policy
+from think_jobs.domain.policy import DELETED
 from think_jobs.domain.records import Admission, NewTurn, TurnRecord
 from think_jobs.domain.status import TERMINAL, Kind, Status
 from think_jobs.engine import approvals, cancellation, events, handoff, queueing
@@ -152,12 +153,19 @@ def find_turn(services: Services, agent: AgentHooks, request_id: str) -> TurnRec
         return turn_ops.get_turn(conn, agent_id, request_id)
 
 
+_DELETED_END = StoredEnd(Status.ABORTED, DELETED, None)  # what a deleted turn's readers get
+
+
 def stored_end(services: Services, turn_id: int) -> StoredEnd | None:
     """The turn's final status and stored reply, or None while it is not finished (what a
-    stream reader rebuilds a lost stream from)."""
+    stream reader rebuilds a lost stream from). A turn deleted meanwhile (only a finished one
+    can be) ends ``aborted`` with ``DELETED``: a reader following it is told, not left
+    waiting for an end no one will write."""
     with services.db.read() as conn:
         turn = turn_ops.get_turn_by_id(conn, turn_id)
-        if turn is None or turn.active:
+        if turn is None:
+            return _DELETED_END
+        if turn.active:
             return None
         reply_id = turn.assistant_message_id
         raw = (
@@ -269,10 +277,11 @@ def delete_one(services: Services, agent: AgentHooks, submission_id: str) -> boo
 
 def _forget_streams(services: Services, agent: AgentHooks, deleted: Mapping[int, str]) -> None:
     """A deleted submission's stream goes with it (best effort: it expires anyway)."""
+    ttl_s = services.settings.stream_ttl_s
     try:
         for turn_id, request_id in deleted.items():
             ref = StreamRef(agent.address, request_id, turn_id)
-            streams.forget(services.redis, services.keys, ref)
+            streams.forget(services.redis, services.keys, ref, _DELETED_END, ttl_s=ttl_s)
     except BrokerUnavailableError as error:
         log.warning("streams of deleted submissions left to expire: %s", error)
 

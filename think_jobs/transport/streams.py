@@ -494,7 +494,19 @@ class StreamWriter:
             if self.lost or self.diverged or time.monotonic() >= deadline:
                 return self._gave_up()
             time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+        if self.sealed:
+            self._mark_stored()
         return True
+
+    def _mark_stored(self) -> None:
+        """A stream ended from the database before this attempt's end: note beside it that
+        the attempt stored its reply (``stored_by_attempt``), so that no later take-over of
+        the agent's lease stores the stream's partial over it — after a ``clear_messages``,
+        say (best effort: a Redis that lost the note lost the stream too)."""
+        try:
+            self.client.hset(self._names.state, "stored", "1")
+        except redis.RedisError as error:
+            log.warning("stream of %s: stored reply not noted (%s)", self.ref.request_id, error)
 
     def close(self) -> None:
         """The attempt ends without ``done`` (it was interrupted): send what is held if the
@@ -696,12 +708,29 @@ def _missing(ref: StreamRef, events: list[StreamEvent], end: StoredEnd) -> list[
     return rest
 
 
-def forget(client: redis.Redis, keys: Keys, ref: StreamRef) -> None:
-    """Delete a turn's stream and revocation flag (its submission was deleted); raises
-    ``BrokerUnavailableError``."""
+def stored_by_attempt(client: redis.Redis, keys: Keys, ref: StreamRef) -> bool:
+    """Whether the turn's attempt stored its reply after its stream was ended from the
+    database (``StreamWriter.done``). Raises redis errors."""
+    return bool(client.hexists(_Keys.of(keys, ref).state, "stored"))
+
+
+def forget(client: redis.Redis, keys: Keys, ref: StreamRef, end: StoredEnd, *, ttl_s: int) -> None:
+    """Delete a turn's stream (its submission was deleted). Its live readers get ``end`` as
+    the ``done`` after the last event (published only: nothing of the stream is kept), and
+    its state stays, sealed, for ``ttl_s``, with its revocation flag until that expires: an
+    attempt still running it (cancelled just before the delete, its flag not read yet) finds
+    the stream sealed at its next append and stops, as for a cancel, instead of writing the
+    stream back and running on. Raises ``BrokerUnavailableError``."""
     names = _Keys.of(keys, ref)
     with broker_errors("deleting a stream"):
-        client.delete(names.buffer, names.state, names.revoked)
+        length = client.llen(names.buffer)
+        done = f"{_head(ref, STORE_EPOCH)}{length}{done_tail(end.status, end.error)}"
+        with client.pipeline() as pipe:
+            pipe.delete(names.buffer, names.state)
+            pipe.hset(names.state, "sealed", "1")
+            pipe.expire(names.state, ttl_s)
+            pipe.publish(names.channel, done)
+            pipe.execute()
 
 
 # -- reading -----------------------------------------------------------------------------------
