@@ -33,12 +33,13 @@ from tests.apps.scheduled_agents import (
 )
 from tests.support.builders import texts, user, wait_for_status
 from tests.support.processes import free_port
-from think_jobs import ScheduleError, Think, ThinkJobs
+from think_jobs import ScheduledTask, ScheduleError, Think, ThinkJobs
 from think_jobs.context import utcnow
 from think_jobs.db import schedules as schedule_ops
 from think_jobs.db.dialect import server_now
 from think_jobs.db.tables import turns
 from think_jobs.engine import schedules as schedule_api
+from think_jobs.models import EchoModel
 from think_jobs.observe.metrics import exposition
 from think_jobs.scheduled_task import occurrence_key
 from think_jobs.scheduling import next_occurrence
@@ -357,6 +358,65 @@ def test_a_prompt_function_gets_the_occurrence_context(sjobs: ThinkJobs) -> None
     with worker(sjobs):
         wait_for_status(agent, result.submission_id, "completed")
     assert texts(agent)[0] == ("user", f"Nudge for {when.isoformat()} in Europe/Paris ({key})")
+
+
+def test_a_worker_whose_code_lacks_a_task_beat_schedules_gives_its_occurrence_back(
+    sjobs: ThinkJobs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rolling deploy, beat first: beat's code declares ``nudge`` (a new or renamed task)
+    and keeps a claimed occurrence of it; a worker still on the old code gets it and lacks
+    the task. It gives the occurrence back, as a worker that does not serve the agent type
+    does, instead of forgetting it (it was lost: nothing sent it again once the workers had
+    the new code)."""
+    jobs = with_agents(sjobs)
+    agent = jobs.get_agent(Reporter, "deploy")
+    agent.start()
+    due = due_alone(agent, "nudge")
+    [claim] = [c for c in claim_due(jobs) if c.task_id == "nudge"]
+    monkeypatch.setenv("TJ_TEST_DROP_NUDGE", "1")  # the old worker's code
+    fired = schedule_api.fire(jobs.services, agent_id(agent), "nudge", claim.due_at, kept=True)
+    monkeypatch.delenv("TJ_TEST_DROP_NUDGE")
+    assert fired.outcome is schedule_api.FireOutcome.REMOVED
+    with jobs.db.read() as conn:
+        kept = [(f.task_id, f.due_at) for f in schedule_ops.kept_fires(conn)]
+    assert ("nudge", due) in kept
+    again = schedule_api.fire(jobs.services, agent_id(agent), "nudge", claim.due_at, kept=True)
+    assert again.outcome is schedule_api.FireOutcome.SUBMITTED  # by an upgraded worker
+
+
+def test_one_class_whose_tasks_cannot_be_read_does_not_stop_the_others(
+    make_jobs: Callable[..., ThinkJobs], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``FlakyTasks`` was valid when registered; later its ``get_scheduled_tasks()`` raises
+    (a flag service down). Beat's reconcile logs it and goes on: ``Reporter``'s occurrence
+    is claimed (the reconcile raised, every pass ended there, and no schedule of any class
+    fired)."""
+    jobs = with_agents(make_jobs(**FAST))
+    jobs.register(FlakyTasks)
+    agent = jobs.get_agent(Reporter, "innocent")
+    agent.start()
+    due = due_alone(agent, "digest")
+    monkeypatch.setenv("TJ_TEST_TASKS_BROKEN", "1")
+    scheduler = DatabaseScheduler(jobs.celery)
+    try:
+        with captured("think_jobs.engine.schedules") as records:
+            scheduler.tick()
+    finally:
+        scheduler.close()
+    assert stored(agent)["digest"].next_run_at > due
+    assert any("schedules of FlakyTasks not reconciled" in r.getMessage() for r in records)
+
+
+class FlakyTasks(Think):
+    """Valid at registration; its tasks cannot be read while ``TJ_TEST_TASKS_BROKEN`` is set."""
+
+    def get_model(self) -> EchoModel:
+        return EchoModel()
+
+    def get_scheduled_tasks(self) -> dict[str, ScheduledTask]:
+        if os.environ.get("TJ_TEST_TASKS_BROKEN"):
+            raise RuntimeError("feature-flag service unreachable")
+        return {"ping": ScheduledTask("every 1 hour", prompt="ping")}
 
 
 def test_a_fire_for_a_task_removed_from_the_code_does_nothing(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -150,20 +150,46 @@ def arm_agent(services: Services, agent: AgentHooks, agent_id: int) -> None:
 
 
 def reconcile(services: Services, *, now: datetime | None = None) -> ReconcileReport:
-    """Bring every stored schedule of every registered class in line with the code."""
+    """Bring every stored schedule of every registered class in line with the code. A class
+    whose ``get_scheduled_tasks()`` fails now (raises: a flag service down, say; or returns
+    what is not a valid task) is logged and its stored schedules left as they are — they
+    keep firing — while every other class is reconciled (one such class stopped every
+    schedule of the beat, each pass failing on it)."""
     now = now or database_clock(services)
     report = ReconcileReport()
     for agent_type in services.agents.agent_types:
-        report += _reconcile_type(services, agent_type, now)
+        declared = _declared(services, agent_type, now)
+        if declared is not None:
+            report += _reconcile_type(services, agent_type, declared, now)
     return report
 
 
-def _reconcile_type(services: Services, agent_type: str, now: datetime) -> ReconcileReport:
-    declared = code_tasks(services.agents.instantiate(agent_type, _PROBE_NAME))
-    specs = [code.spec(task_id, now=now) for task_id, code in declared.items()]
+def _declared(
+    services: Services, agent_type: str, now: datetime
+) -> tuple[Collection[str], list[ScheduleSpec]] | None:
+    """The class's task ids and their schedules as its code declares them now (None: its
+    ``get_scheduled_tasks()`` failed, logged)."""
+    try:
+        declared = code_tasks(services.agents.instantiate(agent_type, _PROBE_NAME))
+        return declared.keys(), [code.spec(task_id, now=now) for task_id, code in declared.items()]
+    except Exception:
+        log.exception(
+            "schedules of %s not reconciled: its get_scheduled_tasks() failed (its stored "
+            "schedules stay as they are; the next reconcile tries again)", agent_type,
+        )  # fmt: skip
+        return None
+
+
+def _reconcile_type(
+    services: Services,
+    agent_type: str,
+    declared: tuple[Collection[str], list[ScheduleSpec]],
+    now: datetime,
+) -> ReconcileReport:
+    task_ids, specs = declared
     armed = rearmed = 0
     with services.db.write() as conn:
-        removed = schedule_ops.delete_removed(conn, agent_type, declared.keys())
+        removed = schedule_ops.delete_removed(conn, agent_type, task_ids)
         for spec in specs:
             rearmed += schedule_ops.rearm_changed(conn, agent_type, spec, now=now)
             armed += schedule_ops.arm_missing_for_type(conn, agent_type, spec, now=now)
@@ -208,11 +234,25 @@ def _fire_kept(
     except RetryFire as retry:
         fire_holds.retry(services, hold, attempt=attempt + 1, in_s=retry.countdown_s)
         return Fired(FireOutcome.RETRYING)
-    if fired.outcome is FireOutcome.UNREGISTERED:  # another worker may serve it
+    if _for_another_worker(services, fired, agent_id, task_id):
         fire_holds.release(services, hold)
     else:
         fire_holds.forget(services, hold)
     return fired
+
+
+def _for_another_worker(services: Services, fired: Fired, agent_id: int, task_id: str) -> bool:
+    """Whether this worker should give the occurrence back rather than end it: it does not
+    serve the agent's type, or its code lacks a task beat still schedules — a worker still
+    on the code before a deploy that added or renamed the task (beat, started first, keeps
+    the schedule; a task really removed loses its schedule, and its kept occurrences, at
+    beat's next reconcile). Forgotten there, the occurrence never fired."""
+    if fired.outcome is FireOutcome.UNREGISTERED:
+        return True
+    if fired.outcome is not FireOutcome.REMOVED:
+        return False
+    with services.db.read() as conn:
+        return schedule_ops.get(conn, agent_id, task_id) is not None
 
 
 def _fire(
