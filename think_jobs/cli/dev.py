@@ -145,6 +145,9 @@ def _announce(port: int, env: dict[str, str], token: str) -> None:
     click.echo("Press Ctrl-C to stop worker, beat and web.")
 
 
+_STOP_GRACE_S = 1.0  # a stop signal to the group lands within this after a child stopped on it
+
+
 class _Stop(Exception):
     pass
 
@@ -154,11 +157,17 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 
 
 def _wait(children: list[subprocess.Popen[bytes]]) -> None:
-    """Return on Ctrl-C/SIGTERM, or fail if a child dies on its own."""
+    """Return on Ctrl-C/SIGTERM, or fail if a child dies on its own.
+
+    Ctrl-C reaches the whole process group: a child may stop on it before this process
+    runs its handler, and the interrupt was then raised after the loop, outside the
+    ``try`` (exit 1 instead of a clean stop, seen under load). So a dead child is given
+    a moment for that interrupt to land inside the ``try`` before it counts as a failure."""
     signal.signal(signal.SIGTERM, _raise_stop)
     try:
         while all(child.poll() is None for child in children):
             time.sleep(0.5)
+        time.sleep(_STOP_GRACE_S)
     except (KeyboardInterrupt, _Stop):
         click.echo("\nstopping...")
         return
