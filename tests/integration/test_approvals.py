@@ -6,6 +6,7 @@ Redis, SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from sqlalchemy import select, update
 
 from tests.support.builders import texts, user, wait_for_status, wait_until
+from tests.support.hung_tools import HUNG, TOOL_RUNS, UNHANG, held
 from think_jobs import (
     Approval,
     InvalidInputError,
@@ -23,8 +25,9 @@ from think_jobs import (
     tool,
 )
 from think_jobs.db.tables import agents, approvals, turns
-from think_jobs.messages import ToolPart, UIMessage
-from think_jobs.models import Reply, ScriptedModel, ToolCall
+from think_jobs.engine.approvals import NOT_RUN_REASON
+from think_jobs.messages import ToolPart, UIMessage, message_text
+from think_jobs.models import ModelRequest, Reply, ScriptedModel, ToolCall
 from think_jobs.testing import worker
 from think_jobs.tools import Tool
 
@@ -448,3 +451,151 @@ def test_a_continuation_recovers_from_its_stream_without_running_the_tool_twice(
     reply = agent.get_messages()[-1]
     assert tool_part(reply, "p").state == "output-available"
     assert texts(agent)[-1] == ("assistant", "half of and the rest")  # no step twice
+
+
+# -- answers racing, and continuations ended before they applied their answers (review,
+# 2026-12-07; each test fails on the code before that day) -------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_two_tabs_answering_both_approvals_at_once_let_the_continuation_run(
+    jobs: ThinkJobs,
+) -> None:
+    """Two answers, one per approval of one continuation, committed at once (two browser
+    tabs). Each transaction counted the other's approval still open (READ COMMITTED), so
+    neither released the continuation: it and every later turn of the agent waited for good
+    (20 to 33 of 40 agents per run). The continuation's row is now locked before the count."""
+    chosen = [jobs.get_agent(TwoCalls, f"tabs-{n}") for n in range(20)]
+    for agent in chosen:
+        agent.submit_messages([user("pay twice")])
+    with worker(jobs):
+        asked = [_asked_two(agent) for agent in chosen]
+    for agent, (one, two) in zip(chosen, asked, strict=True):
+        other_tab = jobs.get_agent(TwoCalls, agent.name)
+        barrier = threading.Barrier(2)
+
+        def answer(tab: Think, approval: Approval, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            tab.respond_to_approval(approval.approval_id, True)
+
+        tabs = [
+            threading.Thread(target=answer, args=(agent, one)),
+            threading.Thread(target=answer, args=(other_tab, two)),
+        ]
+        for tab in tabs:
+            tab.start()
+        for tab in tabs:
+            tab.join(30)
+    with worker(jobs):
+        for agent, (one, _) in zip(chosen, asked, strict=True):
+            wait_for_status(agent, one.continuation_id, "completed")
+
+
+@pytest.mark.parametrize("how", ["cancel", "reset"])
+def test_an_answered_approval_whose_continuation_never_ran_leaves_no_open_call(
+    jobs: ThinkJobs, how: str
+) -> None:
+    """Approved, then stopped before a worker ran the continuation (the chat's stop button
+    cancels it: an answered continuation is the active turn), or a reset skipped it. Its
+    tool never ran, and the stored call is denied, saying so — it stayed
+    ``approval-requested``, and a client showed the buttons again."""
+    agent = jobs.get_agent(Payer, "approved-then-stopped")
+    agent.submit_messages([user("pay the invoice")])
+    with worker(jobs):
+        (approval,) = wait_until(lambda: _one_pending(agent))
+    agent.respond_to_approval(approval.approval_id, True)
+    if how == "reset":
+        agent.reset_turn_state()
+    else:
+        agent.cancel_submission(approval.continuation_id)
+    later = agent.submit_messages([user("and then?")])
+    with worker(jobs):
+        wait_for_status(agent, later.submission_id, "completed")
+    assert RAN == []
+    part = tool_part(agent.get_messages()[1], "call-1")
+    assert part.state == "output-denied"
+    assert part.approval is not None and part.approval.reason == NOT_RUN_REASON
+    assert texts(agent)[2:] == [("user", "and then?"), ("assistant", "second answer")]
+
+
+def _asked_two(agent: Think) -> list[Approval]:
+    found: list[Approval] = wait_until(lambda: _two_pending(agent))
+    return found
+
+
+def _one_pending(agent: Think) -> list[Approval]:
+    found = agent.list_approvals("pending")
+    return found if len(found) == 1 else []
+
+
+class ApprovedHanger(Think):
+    """Asked ``hang``: calls a tool that needs approval and hangs until the test lets it go."""
+
+    def get_model(self) -> ScriptedModel:
+        def script(request: ModelRequest) -> Reply:
+            if message_text(request.messages[-1]) == "hang":
+                return Reply(tool_calls=[ToolCall("hang", id="h1")], then=Reply(text="done"))
+            return Reply(text="ok")
+
+        return ScriptedModel(script)
+
+    def get_tools(self) -> dict[str, Tool]:
+        @tool(needs_approval=True)
+        def hang() -> str:
+            """Waits until the test lets it go."""
+            return held("hang", "finally")
+
+        return {"hang": hang}
+
+
+@pytest.mark.usefixtures("gates")
+def test_a_continuation_cancelled_inside_its_approved_tool_stores_the_answered_reply(
+    jobs: ThinkJobs,
+) -> None:
+    """The approved tool hangs, the user stops the continuation, a reader ends its stream
+    from the database (no chunk of it went out). What the tool returns after that end is in
+    no stream, so the stored reply is the one the answering client holds: the call approved
+    (``approval-responded``), not left ``approval-requested`` as if never answered."""
+    jobs.register(ApprovedHanger)
+    agent = jobs.get_agent(ApprovedHanger, "stopped-in-an-approved-tool")
+    agent.submit_messages([user("hang")])
+    with worker(jobs):
+        (approval,) = wait_until(lambda: _one_pending(agent))
+        agent.respond_to_approval(approval.approval_id, True)
+        assert HUNG.wait(30)
+        agent.cancel_submission(approval.continuation_id)
+        events = list(agent.stream(approval.continuation_id, timeout_s=20))
+        UNHANG.set()
+        later = agent.submit_messages([user("next")])
+        wait_for_status(agent, later.submission_id, "completed")
+    assert TOOL_RUNS == ["hang"]
+    assert events[-1].done and events[-1].status == "aborted"
+    part = tool_part(agent.get_messages()[1], "h1")
+    assert part.state == "approval-responded"
+    assert part.approval is not None and part.approval.approved is True
+
+
+class FailsToContinue(Payer):
+    """Its ``before_turn`` raises for an approval's continuation."""
+
+    def before_turn(self, ctx: Any) -> None:
+        if ctx.trigger == "approval":
+            raise RuntimeError("before_turn of the continuation failed")
+
+
+def test_a_continuation_that_fails_before_its_model_leaves_no_open_call(jobs: ThinkJobs) -> None:
+    """Approved, but the continuation's ``before_turn`` raises: the tool never runs, and the
+    call is denied in the stored reply and in the stream (it stayed ``approval-requested``)."""
+    agent = jobs.get_agent(FailsToContinue, "fails-to-continue")
+    agent.submit_messages([user("pay")])
+    with worker(jobs):
+        (approval,) = wait_until(lambda: _one_pending(agent))
+        agent.respond_to_approval(approval.approval_id, True)
+        done = wait_for_status(agent, approval.continuation_id, "error")
+        events = list(agent.stream(approval.continuation_id, timeout_s=20))
+        later = agent.submit_messages([user("and then?")])
+        wait_for_status(agent, later.submission_id, "completed")
+    assert done.error == "before_turn of the continuation failed" and RAN == []
+    assert tool_part(agent.get_messages()[1], "call-1").state == "output-denied"
+    kinds = [event.chunk["type"] for event in events if event.chunk is not None]
+    assert kinds == ["tool-output-denied", "error"]

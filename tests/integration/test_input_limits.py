@@ -902,3 +902,31 @@ def test_a_provider_tool_call_whose_arguments_could_not_be_stored_ends_the_turn_
         [part] = [p for p in reply.parts if isinstance(p, ToolPart)]
         assert (part.state, part.input) == ("input-streaming", None)
         assert_the_agent_goes_on(agent)
+
+
+@pytest.mark.parametrize("bad", ["a\x00b", "\ud800", "x" * 100_000, 12345, ["x"]], ids=repr)
+def test_a_lookup_by_an_id_no_turn_or_approval_could_have_is_a_clear_error(
+    jobs: ThinkJobs, bad: Any
+) -> None:
+    """The library's lookups and actions by id validate it as the HTTP routes do: a NUL, a
+    lone surrogate, a non-string or an id past the length limit is ``InvalidInputError``
+    naming the field (before 2026-12-07 a driver's error: psycopg's DataError on a NUL,
+    UnicodeEncodeError, ProgrammingError), and nothing changes."""
+    agent = jobs.get_agent(Recorder, "lookups")
+    kept = agent.submit_messages([user("hello")])
+    calls: list[tuple[str, Callable[[], object]]] = [
+        ("submission_id", lambda: agent.inspect_submission(bad)),
+        ("submission_id", lambda: agent.cancel_submission(bad)),
+        ("submission_id", lambda: agent.delete_submission(bad)),
+        ("request_id", lambda: agent.request_status(bad)),
+        ("request_id", lambda: agent.cancel_chat(bad)),
+        ("request_id", lambda: agent.stream(bad, timeout_s=1)),
+        ("approval_id", lambda: agent.get_approval(bad)),
+        ("approval_id", lambda: agent.respond_to_approval(bad, True)),
+        ("request_id", lambda: agent.list_approvals(request_id=bad)),
+    ]
+    for field, call in calls:
+        with pytest.raises(InvalidInputError, match=field):
+            call()
+    found = agent.inspect_submission(kept.submission_id)
+    assert found is not None and found.status == "pending"

@@ -336,6 +336,12 @@ def give_up_place(conn: Connection, turn: TurnRecord) -> None:
     conn.execute(update(turns).where(turns.c.id == turn.id).values(seq=-turn.id))
 
 
+def lock_turn(conn: Connection, turn_id: int) -> None:
+    """Lock the turn's row until ``conn``'s transaction ends (PostgreSQL; SQLite's writers
+    are serialised anyway): what a transaction that holds it committed is read after this."""
+    conn.execute(select(turns.c.id).where(turns.c.id == turn_id).with_for_update())
+
+
 def stop_awaiting(conn: Connection, turn_id: int) -> bool:
     """The continuation's approvals are all answered: it may run (False: it was not waiting)."""
     statement = (

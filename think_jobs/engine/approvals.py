@@ -102,6 +102,7 @@ def list_for(
     """The agent's approvals, oldest first, optionally of one or several statuses, or of one
     request (the turn that asked, or the continuation)."""
     statuses = _statuses(status)
+    request_id = validation.optional_id(request_id, "request_id")
     agent_id = services.agents.agent_id_of(agent, create=False)
     if agent_id is None:
         return []
@@ -112,6 +113,7 @@ def list_for(
 
 
 def get(services: Services, agent: AgentHooks, approval_id: str) -> Approval | None:
+    approval_id = validation.identifier(approval_id, "approval_id")
     agent_id = services.agents.agent_id_of(agent, create=False)
     if agent_id is None:
         return None
@@ -141,6 +143,7 @@ def respond(
     reason: str | None,
 ) -> Approval:
     """Answer an approval; an approval already closed is returned as it is (a no-op)."""
+    approval_id = validation.identifier(approval_id, "approval_id")
     if not isinstance(approved, bool):
         raise InvalidInputError(f"approved: expected true or false, got {approved!r}")
     reason = validation.reason(reason)
@@ -191,6 +194,11 @@ def _close(
 
 
 def _released_continuation(conn: Connection, continuation_turn_id: int) -> TurnRecord | None:
+    """The continuation, if the approval just closed was the last one open: it may run now.
+    Its row is locked before the count, so of two transactions closing its last two
+    approvals at once the second counts after the first committed and releases it (each
+    counted the other's as open, and the continuation waited for good: PostgreSQL)."""
+    turn_ops.lock_turn(conn, continuation_turn_id)
     if approval_ops.open_count(conn, continuation_turn_id):
         return None
     if not turn_ops.stop_awaiting(conn, continuation_turn_id):
@@ -295,10 +303,30 @@ def cancel_for_turns(conn: Connection, turns: Sequence[TurnRecord]) -> list[Turn
         ended = turn_ops.end_turn(conn, turn.id, status=Status.ABORTED, error=CANCELLED_REASON)
         if ended is not None:
             aborted[turn.id] = turn
+    for turn in turns:
+        if turn.status is Status.PENDING and turn.trigger == APPROVAL_TRIGGER:
+            _deny_unapplied(conn, turn)
     return list(aborted.values())
 
 
-def _deny_in_reply(conn: Connection, continuation: TurnRecord, approval: Approval) -> None:
+NOT_RUN_REASON = "Approved, but the turn was cancelled before the tool ran."
+
+
+def _deny_unapplied(conn: Connection, continuation: TurnRecord) -> None:
+    """A continuation ended before it ran (cancelled, skipped by a reset) applies none of its
+    answers: each call of the stored reply still waiting for one is denied — an approved
+    one's tool never ran — so the conversation moves on without an open tool call (the
+    answered ones stayed ``approval-requested``: a client showed the buttons again)."""
+    for approval in approval_ops.of_continuation(conn, continuation.id):
+        approved = approval.status is ApprovalStatus.APPROVED
+        _deny_in_reply(conn, continuation, approval, NOT_RUN_REASON if approved else None)
+
+
+def _deny_in_reply(
+    conn: Connection, continuation: TurnRecord, approval: Approval, reason: str | None = None
+) -> None:
+    """Mark the approval's call denied in the stored reply, if it still waits for an answer
+    (``reason``: instead of the approval's own)."""
     message_id = continuation.assistant_message_id
     raw = (
         None
@@ -312,10 +340,11 @@ def _deny_in_reply(conn: Connection, continuation: TurnRecord, approval: Approva
         if (
             isinstance(part, ToolPart | DynamicToolPart)
             and part.tool_call_id == approval.tool_call_id
+            and part.state in AWAITING_ANSWER
         ):
             part.state = "output-denied"
             part.approval = ToolApproval(
-                id=approval.approval_id, approved=False, reason=approval.reason
+                id=approval.approval_id, approved=False, reason=reason or approval.reason
             )
     conversation_ops.replace_message(conn, continuation.agent_id, message_id, message.to_wire())
 

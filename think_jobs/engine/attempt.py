@@ -19,7 +19,7 @@ from typing import Any, cast
 
 from think_jobs.assembly import MessageAssembler
 from think_jobs.callbacks import call_optional
-from think_jobs.chunks import Chunk, ErrorChunk, is_content_chunk
+from think_jobs.chunks import Chunk, ErrorChunk, ToolOutputDeniedChunk, is_content_chunk
 from think_jobs.context import TurnContext
 from think_jobs.db import agents as agent_ops
 from think_jobs.db import conversation as conversation_ops
@@ -35,7 +35,15 @@ from think_jobs.engine.ports import AgentHooks, Services
 from think_jobs.engine.watch import StopReason, TurnWatch
 from think_jobs.errors import StoredMessageError
 from think_jobs.limits import Limits, storable_text
-from think_jobs.messages import UIMessage, coerce_messages, message_text, stored_messages
+from think_jobs.messages import (
+    AWAITING_ANSWER,
+    DynamicToolPart,
+    ToolPart,
+    UIMessage,
+    coerce_messages,
+    message_text,
+    stored_messages,
+)
 from think_jobs.models.base import ModelRequest
 from think_jobs.observe import metrics, tracing
 from think_jobs.results import ChatResponseResult, TurnStatus
@@ -213,12 +221,14 @@ class Attempt:
         while this attempt ran on — inside a slow tool, say. The reader's client holds the
         stream's end, so the attempt stores what the stream shows, not what it built after
         that end (a tool's output that came back later): the stored reply is the one the
-        client saw. With nothing of the stream to go by, the stored partial stays."""
+        client saw. With nothing of the stream to go by, the stored partial stays; an approval's
+        continuation whose stream shows nothing (cancelled in its approved tool) stores the
+        reply with its answers, as the client that answered holds it."""
         shown = self.writer.shown()
         if shown is None:
             return replace(outcome, has_content=False)
         base = approvals.answered_base(self.services, self.turn)
-        recovered = continuation.recover(self.turn, shown, None, seed=base)
+        recovered = continuation.recover(self.turn, shown, base, seed=base)
         if recovered.message.parts != outcome.message.parts:
             log.info(
                 "request %s: its stream was ended from the database; the reply is stored as "
@@ -389,8 +399,21 @@ class Attempt:
         its caller's messages cannot be read): streamed as an error chunk, as a model's
         failure is, so a client (``useChat``'s ``error``) learns why, not only that."""
         text = str(error) or type(error).__name__
+        denied = self._deny_waiting(assembler)
         self._emit(ErrorChunk(error_text=text))
-        return RunOutcome("error", text, assembler.message, False)
+        return RunOutcome("error", text, assembler.message, denied)
+
+    def _deny_waiting(self, assembler: MessageAssembler) -> bool:
+        """An approval's continuation that fails before its model ran applies none of its
+        answers: each call of its reply still waiting for one is denied, streamed and stored,
+        so the conversation moves on without an open tool call (it stayed
+        ``approval-requested``). True when there was one."""
+        waiting = _tool_calls_waiting(assembler)
+        for call_id in waiting:
+            chunk = ToolOutputDeniedChunk(tool_call_id=call_id)
+            assembler.feed(chunk)
+            self._emit(chunk)
+        return bool(waiting)
 
     # -- delivery (after execution wrote the outcome) ------------------------------------------
 
@@ -496,6 +519,15 @@ def store_reply(conn: Connection, turn: TurnRecord, message: UIMessage, lease: L
     conversation_ops.upsert_message(
         conn, turn.agent_id, message.to_wire(), turn_id=turn.id, now=lease.db_now
     )
+
+
+def _tool_calls_waiting(assembler: MessageAssembler) -> list[str]:
+    """The ids of the reply's tool calls still waiting for an approval's answer."""
+    return [
+        part.tool_call_id
+        for part in assembler.message.parts
+        if isinstance(part, ToolPart | DynamicToolPart) and part.state in AWAITING_ANSWER
+    ]
 
 
 def _steps_so_far(assembler: MessageAssembler) -> int:

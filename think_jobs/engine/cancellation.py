@@ -38,6 +38,9 @@ def cancel_turn(
     submissions_only: bool,
 ) -> None:
     """Abort a pending or running turn; unknown or finished turns are left alone."""
+    request_id = validation.identifier(
+        request_id, "submission_id" if submissions_only else "request_id"
+    )
     reason = validation.reason(reason)
     agent_id = services.agents.agent_id_of(agent, create=False)
     if agent_id is None:

@@ -144,8 +144,13 @@ def admit(
     raise AssertionError("unreachable")
 
 
-def find_turn(services: Services, agent: AgentHooks, request_id: str) -> TurnRecord | None:
-    """The agent's turn with this request id (None: no such agent or turn)."""
+def find_turn(
+    services: Services, agent: AgentHooks, request_id: str, *, name: str = "request_id"
+) -> TurnRecord | None:
+    """The agent's turn with this request id (None: no such agent or turn). An id no turn
+    could have (not a string, a NUL, over the length limit) is ``InvalidInputError`` naming
+    ``name``, not a driver's error."""
+    request_id = validation.identifier(request_id, name)
     agent_id = services.agents.agent_id_of(agent, create=False)
     if agent_id is None:
         return None
@@ -182,7 +187,7 @@ def inspect(
     services: Services, agent: AgentHooks, submission_id: str
 ) -> SubmissionInspection | None:
     """The submission, with a ``waiting_reason`` when it is pending and nothing can run it."""
-    turn = find_turn(services, agent, submission_id)
+    turn = find_turn(services, agent, submission_id, name="submission_id")
     if turn is None or not turn.is_submission:
         return None
     found = inspection_of(turn)
@@ -264,6 +269,7 @@ def cancel(services: Services, agent: AgentHooks, submission_id: str, reason: st
 
 
 def delete_one(services: Services, agent: AgentHooks, submission_id: str) -> bool:
+    submission_id = validation.identifier(submission_id, "submission_id")
     agent_id = services.agents.agent_id_of(agent, create=False)
     if agent_id is None:
         return False
