@@ -62,27 +62,35 @@ class UnknownRequestError(ThinkJobsError, LookupError):
 
 
 class StreamResetError(ThinkJobsError):
-    """A stream was resumed after a seq past its end: the stream ended (``done``) at a lower
-    seq, so the position is from another numbering (the buffer was lost and rebuilt from the
-    stored reply, numbered again from 0) or bogus. Read the stream from its start
-    (``after_seq=None``) or the reply from ``get_messages()``; HTTP 409 ``stream_reset``.
+    """A stream's numbering does not hold the reader's position. Resumed after a seq past
+    its end: the stream ended (``done``) at a lower seq (``ended_at``), so the position is
+    from another numbering (the buffer was lost and rebuilt from the stored reply, numbered
+    again from 0) or bogus. Or, while it was read (``ended_at`` None), the buffer was lost
+    and written again from seq 0 (by a recovered attempt, or from the database). Read the
+    stream from its start (``after_seq=None``) or the reply from ``get_messages()``; HTTP 409
+    ``stream_reset``.
 
     ``args`` are ``(request_id, after_seq, ended_at)`` so the error survives pickling.
     """
 
-    def __init__(self, request_id: str, after_seq: int, ended_at: int) -> None:
+    def __init__(self, request_id: str, after_seq: int, ended_at: int | None) -> None:
         super().__init__(request_id, after_seq, ended_at)
         self.request_id = request_id
         self.after_seq = after_seq
         self.ended_at = ended_at
 
     def __str__(self) -> str:
+        what = (
+            f"was numbered again from seq 0 while it was read (after seq {self.after_seq}): "
+            "its buffer was lost and written again"
+            if self.ended_at is None
+            else f"was resumed after seq {self.after_seq}, but it ended at seq {self.ended_at}: "
+            "the position is from an older numbering of the stream (its buffer was lost and "
+            "rebuilt from the stored reply) or bogus"
+        )
         return (
-            f"stream of request {self.request_id!r} was resumed after seq {self.after_seq}, "
-            f"but it ended at seq {self.ended_at}: the position is from an older numbering "
-            "of the stream (its buffer was lost and rebuilt from the stored reply) or bogus; "
-            "read the stream again from its start (after_seq=None, no Last-Event-ID) or the "
-            "reply from get_messages()"
+            f"stream of request {self.request_id!r} {what}; read the stream again from its "
+            "start (after_seq=None, no Last-Event-ID) or the reply from get_messages()"
         )
 
 

@@ -17,8 +17,9 @@ import redis
 from tests.apps.agents import Recorder
 from tests.support.builders import buffer_key, directive, wait_for_status
 from tests.support.processes import private_redis
-from think_jobs import ThinkJobs
+from think_jobs import StreamResetError, ThinkJobs
 from think_jobs.keys import Keys
+from think_jobs.messages import UIMessage
 from think_jobs.replay import assemble
 from think_jobs.testing import worker
 from think_jobs.transport.streams import (
@@ -29,6 +30,7 @@ from think_jobs.transport.streams import (
     _Keys,
     buffered_events,
     chunk_tail,
+    follow,
 )
 
 REF = StreamRef("Agent:a", "req-1", 7)
@@ -168,3 +170,44 @@ def test_a_submission_id_reused_after_a_delete_never_sees_the_deleted_turns_stre
         events = list(agent.stream("X", timeout_s=20))
     text = "".join((e.chunk or {}).get("delta", "") for e in events)
     assert text == "second" and [e.done for e in events].count(True) == 1
+
+
+def _chunk(**fields: object) -> str:
+    return json.dumps(fields)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_reader_across_a_buffer_written_again_from_seq_0_is_told_not_fed_other_text(
+    jobs: ThinkJobs, keys: Keys
+) -> None:
+    """Attempt 1 streams "a b c", a reader follows; Redis loses the buffer and attempt 1
+    dies; attempt 2 continues from the stored partial ("a ", older than the stream) and
+    writes the stream again from seq 0, then its own "d". The reader's position (seq 5) is
+    from the lost numbering: it used to drop seqs up to 5 and take the rest ("a b c " + "d",
+    where the stream and the stored reply say "a d"). Now it raises ``StreamResetError``: an
+    event at or before its position written by a later attempt than the one it has there.
+    (A reader that resumes at seq 5 in a new call knows no event of its own to compare:
+    docs/internals.md, Known limitations.)"""
+    one = writer(jobs.redis, keys, 1)
+    reader = follow(jobs.redis, keys, REF, timeout_s=10)
+    head = [_chunk(type="start", messageId="r1"), _chunk(type="start-step")]
+    text = [_chunk(type="text-delta", id="t0", delta=word) for word in ("a ", "b ", "c ")]
+    for raw in (*head, _chunk(type="text-start", id="t0"), *text):
+        one.chunk(raw)
+    seen = [next(reader) for _ in range(6)]
+    assert [event.seq for event in seen] == list(range(6))
+    names = _Keys.of(keys, REF)
+    jobs.redis.delete(names.buffer, names.state)  # Redis restarted empty; attempt 1 is dead
+    stored = UIMessage.model_validate(
+        {"id": "r1", "role": "assistant", "parts": [
+            {"type": "step-start"}, {"type": "text", "text": "a ", "state": "streaming"}]}
+    )  # fmt: skip
+    two = writer(jobs.redis, keys, 2)
+    assert two.take_over()
+    two.continue_from(stored)
+    for raw in (*head, _chunk(type="text-start", id="t0"), _chunk(type="text-delta", id="t0",
+                delta="d"), _chunk(type="text-end", id="t0"), _chunk(type="finish")):  # fmt: skip
+        two.chunk(raw)
+    assert two.done("completed", None)
+    with pytest.raises(StreamResetError, match="numbered again from seq 0"):
+        list(reader)

@@ -753,13 +753,26 @@ class _Follower:
         self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self.finished = False  # the done was delivered, or the stream ended at last_seq
         self.ended_at_seq: int | None = None  # last seq seen when the database said "ended"
+        self.last_attempt: int | None = None  # who wrote the event at last_seq (delivered here)
 
     def accept(self, event: StreamEvent) -> bool:
         if event.request_id != self.ref.request_id or event.seq <= self.last_seq:
             return False
         self.last_seq = event.seq
+        self.last_attempt = event.attempt or 0
         self.finished = event.done
         return True
+
+    def check_numbering(self, event: StreamEvent) -> None:
+        """Raise ``StreamResetError`` when ``event``, at or before the last seq delivered,
+        was written by a later attempt than the event delivered there: the buffer was lost
+        and written again from seq 0 by a recovered attempt, or rebuilt from the database,
+        while this reader read it (seqs grow with the attempt that wrote them in one
+        numbering), so what comes next would not continue what it delivered."""
+        if self.last_attempt is None or event.seq > self.last_seq:
+            return
+        if (event.attempt or 0) > self.last_attempt:
+            raise StreamResetError(self.ref.request_id, self.last_seq, None)
 
     def remaining_s(self, poll_s: float) -> float:
         if self.deadline is None:
@@ -859,7 +872,7 @@ def _at_the_end(reading: _Reading, seq: int) -> bool:
 def _catch_up(
     reading: _Reading, state: _Follower, *, idle: bool = False, rebuild: bool = True
 ) -> Iterator[StreamEvent]:
-    events = buffered_events(reading.client, reading.keys, reading.ref, after_seq=state.last_seq)
+    events = _events_after(reading, state)
     for event in events:
         if state.accept(event):
             yield event
@@ -869,6 +882,18 @@ def _catch_up(
         yield from _catch_up(reading, state, rebuild=False)
         if not state.finished and _at_the_end(reading, state.last_seq):
             state.finished = True  # the stream ended exactly where this reader resumed
+
+
+def _events_after(reading: _Reading, state: _Follower) -> list[StreamEvent]:
+    """The buffer's events after the reader's position; once it delivered one here, read
+    from that one on, to check the numbering did not change under it (the same round trip)."""
+    checked = state.last_attempt is not None and state.last_seq >= 0
+    after = state.last_seq - 1 if checked else state.last_seq
+    events = buffered_events(reading.client, reading.keys, reading.ref, after_seq=after)
+    if checked and events:
+        state.check_numbering(events[0])
+        return events[1:]
+    return events
 
 
 def _rebuilt(reading: _Reading, state: _Follower, *, idle: bool, grew: bool) -> bool:
@@ -897,6 +922,7 @@ def _deliver_live(
     event = decode_event(message["data"])
     if event.request_id != state.ref.request_id:
         return
+    state.check_numbering(event)
     if event.seq > state.last_seq + 1:  # a gap: fill it from the buffer first
         yield from _catch_up(reading, state)
     if state.accept(event):
