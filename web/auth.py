@@ -65,8 +65,14 @@ def marked(scope: Scope) -> Callable[[View], View]:
 
 
 def check(scope: Scope) -> None:
+    """Raise unless the request holds ``scope``; a write whose credentials a browser sends by
+    itself needs the CSRF token too. Only a bearer token is not such a credential: a host's
+    ``authorize=`` that accepts HTTP Basic (an ops page behind a proxy's Basic auth), Digest
+    or Negotiate is answered by the browser on a cross-site form post as a cookie is."""
     source = authenticate(scope)
-    cookie_based = source == "session" or (source == "host" and not request.authorization)
+    credentials = request.authorization
+    bearer = credentials is not None and credentials.type == "bearer"
+    cookie_based = source == "session" or (source == "host" and not bearer)
     if request.method not in SAFE_METHODS and cookie_based:
         csrf.require_valid()
 

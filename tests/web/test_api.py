@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from flask.testing import FlaskClient
 
 from tests.apps.agents import Recorder
@@ -277,6 +278,22 @@ def test_delete_one_is_409_while_pending_then_204_then_404(client: FlaskClient) 
     deleted = client.delete(url, headers=FULL)
     assert deleted.status_code == 204 and deleted.data == b""
     assert client.delete(url, headers=FULL).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "when", ["9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+23:59", "9999-12-31T23:00:00-01:00"]
+)
+def test_a_completed_before_out_of_range_in_utc_is_a_400_that_deletes_nothing(
+    client: FlaskClient, when: str
+) -> None:
+    """A valid timestamp whose UTC instant is past year 9999 or before year 1 was a driver's
+    error, answered 500 (fixed 2026-12-07)."""
+    submit(client, submission_id="kept")
+    client.post(agent_url(rest="/submissions/kept/cancel"), headers=FULL)
+    response = client.delete(SUBMISSIONS, headers=FULL, query_string={"completed_before": when})
+    assert response.status_code == 400
+    assert "out of range in UTC" in response.json["error"]["message"]  # type: ignore[index]
+    assert client.get(f"{SUBMISSIONS}/kept", headers=FULL).status_code == 200
 
 
 def test_delete_many_takes_status_completed_before_and_limit(client: FlaskClient) -> None:

@@ -3,10 +3,11 @@ template, SSE through the prefix, custom mounts, ProxyFix, and the standalone wr
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 
 import pytest
-from flask import Flask
+from flask import Flask, Request
 from flask.testing import FlaskClient
 
 from tests.apps.agents import Recorder
@@ -159,3 +160,44 @@ def test_urls_behind_a_reverse_proxy(web_jobs: ThinkJobs) -> None:
     assert response.headers["Strict-Transport-Security"].startswith("max-age=")  # https seen
     login = client.get("/admin/login", headers=forwarded).get_data(as_text=True)
     assert 'action="/tj/admin/login"' in login and "/tj/admin/static/style.css" in login
+
+
+def _basic_ops(request: Request, scope: str) -> bool:
+    """A host's ``authorize=`` behind a proxy's Basic auth: the user ``ops`` may do anything."""
+    credentials = request.authorization
+    return credentials is not None and credentials.type == "basic" and credentials.username == "ops"
+
+
+@pytest.mark.parametrize("route", ["admin", "api"])
+def test_a_host_that_accepts_basic_auth_still_needs_the_csrf_token_to_write(
+    web_jobs: ThinkJobs, route: str
+) -> None:
+    """A browser sends cached Basic credentials by itself on a cross-site form post, as it
+    sends a cookie: a forged cancel (no CSRF token) is refused, on the admin form and on the
+    JSON API (whose optional body an empty form post satisfies). Before 2026-12-07 any
+    ``Authorization`` header waived the check; only a bearer token does now."""
+    host = Flask(__name__)
+    host.config.update(SECRET_KEY="host-key", TESTING=True)
+    ThinkJobsFlask(host, jobs=web_jobs, url_prefix="/ops", authorize=_basic_ops)
+    agent = web_jobs.get_agent(Recorder, "basic")
+    submitted = agent.submit_messages([user("hi")])
+    basic = "Basic " + base64.b64encode(b"ops:pw").decode()
+    path = (
+        f"/ops/admin/agents/Recorder/basic/requests/{submitted.submission_id}/cancel"
+        if route == "admin"
+        else f"/ops/api/agents/Recorder/basic/submissions/{submitted.submission_id}/cancel"
+    )
+    forged = host.test_client().post(
+        path,
+        data=b"",
+        content_type="application/x-www-form-urlencoded",
+        headers={"Authorization": basic},
+    )
+    assert forged.status_code == 403
+    found = agent.inspect_submission(submitted.submission_id)
+    assert found is not None and found.status == "pending"
+    read = host.test_client().get(
+        f"/ops/api/agents/Recorder/basic/submissions/{submitted.submission_id}",
+        headers={"Authorization": basic},
+    )
+    assert read.status_code == 200  # reading needs no token

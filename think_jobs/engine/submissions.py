@@ -11,7 +11,7 @@ import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from think_jobs import validation
@@ -292,6 +292,21 @@ def _forget_streams(services: Services, agent: AgentHooks, deleted: Mapping[int,
         log.warning("streams of deleted submissions left to expire: %s", error)
 
 
+def _utc_or_none(when: datetime | None) -> datetime | None:
+    """``completed_before`` in UTC, or InvalidInputError: naive, or out of range once in UTC
+    (``9999-12-31T23:59:59-23:59`` was a driver's error, a 500 over HTTP)."""
+    if when is None:
+        return None
+    if when.tzinfo is None:
+        raise InvalidInputError("completed_before must be a timezone-aware datetime")
+    try:
+        return when.astimezone(UTC)
+    except OverflowError:
+        raise InvalidInputError(
+            f"completed_before {when.isoformat()} is out of range in UTC"
+        ) from None
+
+
 def delete_many(
     services: Services,
     agent: AgentHooks,
@@ -303,8 +318,7 @@ def delete_many(
     statuses = statuses_of(status, default=sorted(s.value for s in TERMINAL))
     assert statuses is not None
     limit = validation.clamp(limit, 1, 500, "limit")
-    if completed_before is not None and completed_before.tzinfo is None:
-        raise InvalidInputError("completed_before must be a timezone-aware datetime")
+    completed_before = _utc_or_none(completed_before)
     agent_id = services.agents.agent_id_of(agent, create=False)
     if agent_id is None:
         return 0
