@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from think_jobs import (
     AbortSignal,
     ChatResponseResult,
     NestedTurnError,
+    SaveMessagesResult,
     StreamCallback,
     Think,
     ThinkJobs,
@@ -597,3 +599,41 @@ def test_regenerate_replaces_the_last_reply_with_a_new_turn_in_its_place(jobs: T
     assert roles[-1][1] == "first answer"  # the same model answering the same conversation
     assert agent.get_messages()[-1].id != first_reply  # ... in a new reply, in its place
     assert [e["label"] for e in read_events(jobs) if e["what"] == "start"] == ["a", "a"]
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_caller_running_a_long_turn_ahead_of_its_own_keeps_its_own(
+    make_jobs: Callable[..., ThinkJobs],
+) -> None:
+    """Caller A runs the submission queued ahead of its turn itself (no worker), for longer
+    than a lease TTL; caller B, behind it, polls fast. A's liveness lapsed while it ran that
+    turn, and B, claiming as the turn ended, aborted A's turn as its caller gone ("The caller
+    went away before its turn started"; 1 to 6 rounds of 6 before 2026-12-07)."""
+    jobs_a = make_jobs(lease_ttl_s=1.0)
+    jobs_b = make_jobs(lease_ttl_s=1.0, caller_poll_interval_s=0.001)
+    words = " ".join(f"w{i}" for i in range(30))
+    for round_ in range(4):
+        name = f"helper-{round_}"
+        agent_a, agent_b = jobs_a.get_agent(Recorder, name), jobs_b.get_agent(Recorder, name)
+        ahead = agent_a.submit_messages(
+            [directive(f"s{round_}", label="S", text=words, delay_s=0.05)]
+        )
+        results: dict[str, SaveMessagesResult] = {}
+
+        def call(
+            key: str,
+            agent: Recorder,
+            message_id: str,
+            results: dict[str, SaveMessagesResult] = results,
+        ) -> None:
+            results[key] = agent.save_messages([user(key, message_id)])
+
+        a = threading.Thread(target=call, args=("a", agent_a, f"m-a{round_}"))
+        a.start()
+        wait_for_status(agent_a, ahead.submission_id, "running")  # A runs it
+        b = threading.Thread(target=call, args=("b", agent_b, f"m-b{round_}"))
+        b.start()
+        a.join(30)
+        b.join(30)
+        assert (results["a"].status, results["a"].error) == ("completed", None)
+        assert results["b"].status == "completed"

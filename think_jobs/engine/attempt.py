@@ -373,6 +373,7 @@ class Attempt:
             return
         if self.writer.sealed:  # a reader ended it from the database: the turn ended there
             self.watch.stop(StopKind.CANCELLED, None)
+            return  # refused: the callback sees what the stream (and the stored reply) show
         self.chunks_published.inc()
         if not self.first_chunk_seen and is_content_chunk(chunk):
             self.first_chunk_seen = True

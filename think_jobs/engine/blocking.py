@@ -10,8 +10,12 @@ the lease (it was paused or cut off) waits for the turn's new owner and returns 
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +31,8 @@ from think_jobs.engine.ports import AgentHooks, Services
 from think_jobs.errors import NestedTurnError, ThinkJobsError
 from think_jobs.observe import tracing
 from think_jobs.transport.wakeups import Wakeups
+
+log = logging.getLogger(__name__)
 
 
 def nested_turn_message(trigger: str) -> str:
@@ -108,7 +114,8 @@ class _Waiter:
             if claimed.claim.turn.id == self.turn.id:
                 result = execution.execute(self.services, claimed, self.caller)
                 return None if self._owner_goes_on(result) else result
-            execution.execute(self.services, claimed)
+            with self._alive_meanwhile():
+                execution.execute(self.services, claimed)
             return None
         with self.services.db.read() as conn:
             mine = turn_ops.get_turn_by_id(conn, self.turn.id)
@@ -126,10 +133,36 @@ class _Waiter:
     def _keep_alive(self) -> None:
         if time.monotonic() < self.next_refresh:
             return
-        settings = self.services.settings
-        self.next_refresh = time.monotonic() + settings.heartbeat_interval_s
+        self.next_refresh = time.monotonic() + self.services.settings.heartbeat_interval_s
+        self._refresh()
+
+    def _refresh(self) -> None:
         with self.services.db.write() as conn:
-            turn_ops.refresh_caller(conn, self.turn.id, ttl_s=settings.lease_ttl_s)
+            turn_ops.refresh_caller(conn, self.turn.id, ttl_s=self.services.settings.lease_ttl_s)
+
+    @contextmanager
+    def _alive_meanwhile(self) -> Iterator[None]:
+        """While this caller runs the turn ahead of its own, a thread keeps its liveness
+        fresh: that turn may last longer than a lease TTL, and the moment its end releases
+        the lease another claimer may look at ours — it took our lapsed liveness for a caller
+        gone and aborted our turn ("The caller went away before its turn started")."""
+        stop = threading.Event()
+        interval_s = self.services.settings.heartbeat_interval_s
+
+        def refresh() -> None:
+            while not stop.wait(interval_s):
+                try:
+                    self._refresh()
+                except ThinkJobsError as error:  # the next one may get through
+                    log.warning("caller of %s not kept alive: %s", self.turn.request_id, error)
+
+        thread = threading.Thread(target=refresh, name="think-jobs-caller-alive", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
 
 def _ended_without_running(stored: TurnRecord | None, turn: TurnRecord) -> TurnResult:
