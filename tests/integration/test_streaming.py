@@ -82,6 +82,7 @@ def test_a_stream_resumed_past_its_rebuilt_end_raises_stream_reset(jobs: ThinkJo
     with pytest.raises(StreamResetError) as raised:
         list(resumed)  # this reader rebuilds the stream: its done is before seq 20
     end = raised.value.ended_at
+    assert end is not None  # resumed past the end, not numbered again while read
     assert (raised.value.request_id, raised.value.after_seq) == (result.submission_id, 20)
     assert str(raised.value) == (
         f"stream of request {result.submission_id!r} was resumed after seq 20, but it ended "
