@@ -196,7 +196,9 @@ def test_dev_prints_a_block_another_terminal_can_paste_and_stops_cleanly(
     children = _children_of(process.pid)
     assert len(children) >= 3  # worker, beat, web
     os.killpg(process.pid, signal.SIGINT)
-    assert process.wait(60) == 0
+    code = process.wait(60)
+    assert process.stdout is not None
+    assert code == 0, process.stdout.read()[-4000:]  # what dev and its children said last
     for child in children:
         with pytest.raises(ProcessLookupError):
             os.kill(child, 0)
