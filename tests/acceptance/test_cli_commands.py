@@ -126,13 +126,17 @@ def test_unknown_agent_type_is_a_one_line_error(env: dict[str, str]) -> None:
     assert "Traceback" not in result.stderr
 
 
-@pytest.fixture
+@pytest.fixture(params=["sigint-default", "sigint-ignored"])
 def dev_process(
-    env: dict[str, str], tmp_path: object
+    env: dict[str, str], tmp_path: object, request: pytest.FixtureRequest
 ) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """``think-jobs dev`` as a terminal starts it, and as a shell starts a command run with
+    ``&`` (SIGINT inherited as ignored: before 2026-12-07 dev then never stopped on Ctrl-C,
+    and reported its children, which did, as exiting unexpectedly)."""
     port = free_port()
     clean = {k: v for k, v in os.environ.items() if not k.startswith("THINK_JOBS_")}
     dev_env = {**clean, **env}
+    ignored = request.param == "sigint-ignored"
     process = subprocess.Popen(
         [sys.executable, "-m", "think_jobs.cli", "dev", *APP, "--port", str(port), "-c", "1"],
         cwd=ROOT,
@@ -141,6 +145,7 @@ def dev_process(
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored else None,
     )
     try:
         yield process, port

@@ -159,16 +159,19 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 def _wait(children: list[subprocess.Popen[bytes]]) -> None:
     """Return on Ctrl-C/SIGTERM, or fail if a child dies on its own.
 
-    Ctrl-C reaches the whole process group: a child may stop on it before this process
-    runs its handler, and the interrupt was then raised after the loop, outside the
-    ``try`` (exit 1 instead of a clean stop, seen under load). So a dead child is given
-    a moment for that interrupt to land inside the ``try`` before it counts as a failure."""
+    Both signals get this process's own handler: a SIGINT inherited as ignored (a shell
+    starts a command run with ``&`` so: ``think-jobs dev &`` in a script, a CI job) left dev
+    running while its children, which handle SIGINT themselves, stopped on the group's
+    Ctrl-C; dev then reported them as exiting unexpectedly (exit 1). And Ctrl-C reaches the
+    whole group, so a child may stop before this process runs its handler: a dead child is
+    given a moment for the stop to land inside the ``try`` before it counts as a failure."""
     signal.signal(signal.SIGTERM, _raise_stop)
+    signal.signal(signal.SIGINT, _raise_stop)
     try:
         while all(child.poll() is None for child in children):
             time.sleep(0.5)
         time.sleep(_STOP_GRACE_S)
-    except (KeyboardInterrupt, _Stop):
+    except _Stop:
         click.echo("\nstopping...")
         return
     dead = [child.args for child in children if child.poll() is not None]
