@@ -11,6 +11,7 @@ was cancelled is ``handoff``'s decision.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from think_jobs import validation
 from think_jobs.db import turns as turn_ops
@@ -49,7 +50,7 @@ def cancel_turn(
         turn = turn_ops.get_turn(conn, agent_id, request_id)
         if turn is None or (submissions_only and not turn.is_submission):
             return
-        turn, ended = _end_as_seen(conn, agent_id, turn, reason)
+        turn, ended = _end_as_seen(conn, turn, lambda _: (Status.ABORTED, reason))
         continuations = approvals.cancel_for_turns(conn, [turn])  # its approvals go with it
     if ended is not None:
         followups.send_after_end(services, turn.id, ended)
@@ -58,22 +59,28 @@ def cancel_turn(
         _after_abort(services, agent, continuation, approvals.CANCELLED_REASON)
 
 
+_Ending = tuple[Status, str | None]  # a turn's final status and error
+
+
 def _end_as_seen(
-    conn: Connection, agent_id: int, turn: TurnRecord, reason: str | None
+    conn: Connection, turn: TurnRecord, ending: Callable[[TurnRecord], _Ending]
 ) -> tuple[TurnRecord, Ended | None]:
-    """Abort the turn from the status it was read in, so what follows (a revocation flag
-    for a running turn, the stream's end for a pending one) fits what was ended: a worker
-    that claimed it between the read and the write (it went from pending to running), or a
-    stall that put it back, makes it read again."""
+    """End the turn (``ending``: its final status and error, given the turn as read) from
+    the status it was read in, so what follows (a revocation flag for a running turn, the
+    stream's end for a pending one) fits what was ended: a worker that claimed it between
+    the read and the write (it went from pending to running), or a stall that put it back,
+    makes it read again. Returns the turn as last read, and its end (None: it had ended, or
+    was deleted)."""
     for _ in range(_READS):
         if not turn.active:
             return turn, None
+        status, error = ending(turn)
         ended = turn_ops.end_turn(
-            conn, turn.id, status=Status.ABORTED, error=reason, from_statuses=(turn.status,)
+            conn, turn.id, status=status, error=error, from_statuses=(turn.status,)
         )
         if ended is not None:
             return turn, ended
-        found = turn_ops.get_turn(conn, agent_id, turn.request_id)
+        found = turn_ops.get_turn_by_id(conn, turn.id)
         if found is None:
             return turn, None
         turn = found
@@ -105,9 +112,10 @@ def reset_turns(services: Services, agent: AgentHooks) -> None:
     if agent_id is None:
         return
     with execution.agent_write(services, agent, "reset_turn_state") as conn:
-        ended = [_reset(conn, t) for t in turn_ops.active_turns(conn, agent_id)]
-        skipped = [t for t in ended if t is not None and t.status is Status.PENDING]
-        aborted = [t for t in ended if t is not None and t.status is Status.RUNNING]
+        seen = [_end_as_seen(conn, t, _reset) for t in turn_ops.active_turns(conn, agent_id)]
+        ended = [turn for turn, end in seen if end is not None]
+        skipped = [t for t in ended if t.status is Status.PENDING]
+        aborted = [t for t in ended if t.status is Status.RUNNING]
         approvals.cancel_for_turns(conn, skipped)  # their continuations were just skipped
     for turn in skipped:
         _announce_end(services, agent, turn, Status.SKIPPED, _skip_error(turn))
@@ -120,27 +128,11 @@ def _skip_error(turn: TurnRecord) -> str | None:
     return SKIPPED_BY_RESET if turn.is_submission else None
 
 
-def _reset(conn: Connection, turn: TurnRecord) -> TurnRecord | None:
-    """Skip a pending turn, abort a running one, from the status it was read in (the turn as
-    read then; None: it had ended). A claim that started it (pending to running) or a stall
-    that put it back, committed between the read and the write, makes it read again, as a
-    cancel does: read unlocked on PostgreSQL, a turn a worker started meanwhile was left to
-    run to its end."""
-    for _ in range(_READS):
-        if not turn.active:
-            return None
-        pending = turn.status is Status.PENDING
-        status, error = (Status.SKIPPED, _skip_error(turn)) if pending else (Status.ABORTED, None)
-        ended = turn_ops.end_turn(
-            conn, turn.id, status=status, error=error, from_statuses=(turn.status,)
-        )
-        if ended is not None:
-            return turn
-        found = turn_ops.get_turn_by_id(conn, turn.id)
-        if found is None:
-            return None
-        turn = found
-    return None
+def _reset(turn: TurnRecord) -> _Ending:
+    """A reset skips a pending turn and aborts a running one."""
+    if turn.status is Status.PENDING:
+        return Status.SKIPPED, _skip_error(turn)
+    return Status.ABORTED, None
 
 
 def _after_abort(
