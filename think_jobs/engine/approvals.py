@@ -20,7 +20,7 @@ continuation, and the line moves on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from think_jobs import validation
@@ -292,6 +292,7 @@ def cancel_for_turns(conn: Connection, turns: Sequence[TurnRecord]) -> list[Turn
         return []
     open_ids = approval_ops.open_of_turns(conn, [turn.id for turn in turns])
     aborted: dict[int, TurnRecord] = {}
+    denials: dict[int, tuple[TurnRecord, dict[str, ToolApproval]]] = {}
     for approval_id in open_ids:
         decided = approval_ops.decide(conn, approval_id, ApprovalStatus.CANCELLED, CANCELLED_REASON)
         turn = (
@@ -299,34 +300,49 @@ def cancel_for_turns(conn: Connection, turns: Sequence[TurnRecord]) -> list[Turn
         )
         if decided is None or turn is None:
             continue
-        _deny_in_reply(conn, turn, decided.approval)
+        _calls_of(denials, turn)[decided.approval.tool_call_id] = _denial(decided.approval)
         ended = turn_ops.end_turn(conn, turn.id, status=Status.ABORTED, error=CANCELLED_REASON)
         if ended is not None:
             aborted[turn.id] = turn
     for turn in turns:
         if turn.status is Status.PENDING and turn.trigger == APPROVAL_TRIGGER:
-            _deny_unapplied(conn, turn)
+            _deny_unapplied(conn, turn, _calls_of(denials, turn))
+    for continuation, calls in denials.values():
+        _deny_in_reply(conn, continuation, calls)
     return list(aborted.values())
 
 
 NOT_RUN_REASON = "Approved, but the turn was cancelled before the tool ran."
 
 
-def _deny_unapplied(conn: Connection, continuation: TurnRecord) -> None:
+def _calls_of(
+    denials: dict[int, tuple[TurnRecord, dict[str, ToolApproval]]], continuation: TurnRecord
+) -> dict[str, ToolApproval]:
+    """The calls to deny in ``continuation``'s reply (its reply is read and written once)."""
+    return denials.setdefault(continuation.id, (continuation, {}))[1]
+
+
+def _denial(approval: Approval, reason: str | None = None) -> ToolApproval:
+    return ToolApproval(id=approval.approval_id, approved=False, reason=reason or approval.reason)
+
+
+def _deny_unapplied(
+    conn: Connection, continuation: TurnRecord, calls: dict[str, ToolApproval]
+) -> None:
     """A continuation ended before it ran (cancelled, skipped by a reset) applies none of its
     answers: each call of the stored reply still waiting for one is denied — an approved
     one's tool never ran — so the conversation moves on without an open tool call (the
     answered ones stayed ``approval-requested``: a client showed the buttons again)."""
     for approval in approval_ops.of_continuation(conn, continuation.id):
-        approved = approval.status is ApprovalStatus.APPROVED
-        _deny_in_reply(conn, continuation, approval, NOT_RUN_REASON if approved else None)
+        reason = NOT_RUN_REASON if approval.status is ApprovalStatus.APPROVED else None
+        calls.setdefault(approval.tool_call_id, _denial(approval, reason))
 
 
 def _deny_in_reply(
-    conn: Connection, continuation: TurnRecord, approval: Approval, reason: str | None = None
+    conn: Connection, continuation: TurnRecord, calls: Mapping[str, ToolApproval]
 ) -> None:
-    """Mark the approval's call denied in the stored reply, if it still waits for an answer
-    (``reason``: instead of the approval's own)."""
+    """Mark ``calls`` (call id: the denial) denied in the stored reply, those still waiting
+    for an answer; one read and, if any changed, one write."""
     message_id = continuation.assistant_message_id
     raw = (
         None
@@ -336,17 +352,15 @@ def _deny_in_reply(
     if raw is None or message_id is None:
         return
     message = UIMessage.model_validate_json(raw)
+    changed = False
     for part in message.parts:
-        if (
-            isinstance(part, ToolPart | DynamicToolPart)
-            and part.tool_call_id == approval.tool_call_id
-            and part.state in AWAITING_ANSWER
-        ):
-            part.state = "output-denied"
-            part.approval = ToolApproval(
-                id=approval.approval_id, approved=False, reason=reason or approval.reason
-            )
-    conversation_ops.replace_message(conn, continuation.agent_id, message_id, message.to_wire())
+        if not isinstance(part, ToolPart | DynamicToolPart) or part.state not in AWAITING_ANSWER:
+            continue
+        denial = calls.get(part.tool_call_id)
+        if denial is not None:
+            part.state, part.approval, changed = "output-denied", denial, True
+    if changed:
+        conversation_ops.replace_message(conn, continuation.agent_id, message_id, message.to_wire())
 
 
 def waiting_reason(services: Services, continuation: TurnRecord) -> str:
